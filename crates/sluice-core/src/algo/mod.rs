@@ -1,0 +1,270 @@
+//! The limiting algorithms as pure functions of `(state, params, now, cost)`.
+//!
+//! Each algorithm is split in two steps so that one store call can check every rule of an
+//! identity before taking from any of them: [`evaluate`] says what would happen and
+//! [`take`] applies the cost. Both are deterministic integer arithmetic kept below 2^53, so the
+//! Lua scripts in `lua/` reproduce them bit for bit on Redis (a differential test holds them
+//! to it). Absent state means "fresh": a full bucket, an empty window.
+
+mod calendar;
+mod concurrency;
+mod fixed_window;
+mod gcra;
+mod sliding_log;
+mod sliding_window;
+mod state;
+mod token_bucket;
+
+pub use calendar::{Calendar, CalendarUnit};
+pub use state::{DecodeError, State};
+
+use crate::time::Micros;
+
+/// Upper bound on limits, rates and bursts: keeps every product below 2^53 for Lua.
+pub const MAX_LIMIT: u64 = 1_000_000_000;
+/// Sliding logs keep one entry per admitted unit, so only small limits are allowed.
+pub const MAX_LOG_LIMIT: u64 = 10_000;
+/// Token bucket state is kept in micro-tokens: exact refill at microsecond resolution.
+pub const TOKEN_SCALE: u64 = 1_000_000;
+
+/// How a fixed window is aligned.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Window {
+    /// `[k·len, (k+1)·len)` in epoch microseconds: identical in every region.
+    Epoch(Micros),
+    /// Calendar periods (hour, day, week, month) in an IANA time zone.
+    Calendar(Calendar),
+}
+
+impl Window {
+    /// `[start, end)` of the window holding `now`.
+    pub fn bounds(&self, now: Micros) -> (Micros, Micros) {
+        match self {
+            Window::Epoch(len) => {
+                let start = now - now % len;
+                (start, start + len)
+            }
+            Window::Calendar(c) => c.bounds(now),
+        }
+    }
+
+    /// Nominal length, for `RateLimit-Policy`'s `w` (a calendar month counts as 30 days).
+    pub fn nominal(&self) -> Micros {
+        match self {
+            Window::Epoch(len) => *len,
+            Window::Calendar(c) => c.nominal(),
+        }
+    }
+}
+
+/// Validated numbers of one algorithm.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Params {
+    /// Refills `rate_per_s` tokens a second up to `burst`.
+    TokenBucket {
+        /// Tokens added per second.
+        rate_per_s: u64,
+        /// Capacity.
+        burst: u64,
+    },
+    /// Generic cell rate: the same shape as a token bucket with one timestamp of state.
+    Gcra {
+        /// Requests per second.
+        rate_per_s: u64,
+        /// Requests that may arrive at once.
+        burst: u64,
+    },
+    /// At most `limit` per window.
+    FixedWindow {
+        /// Admitted units per window.
+        limit: u64,
+        /// Alignment and length.
+        window: Window,
+    },
+    /// Cloudflare's estimate: the previous window's count weighted by its overlap.
+    SlidingWindow {
+        /// Admitted units per window.
+        limit: u64,
+        /// Window length; a whole number of milliseconds.
+        window: Micros,
+    },
+    /// Exact: one timestamp per admitted unit.
+    SlidingLog {
+        /// Admitted units per window.
+        limit: u64,
+        /// Window length.
+        window: Micros,
+    },
+    /// In-flight slots, each held until released or expired.
+    Concurrency {
+        /// Slots.
+        limit: u64,
+        /// How long an unreleased slot is held.
+        timeout: Micros,
+    },
+}
+
+/// Which algorithm, as named in the rule format and in store keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `token_bucket`
+    TokenBucket,
+    /// `gcra`
+    Gcra,
+    /// `fixed_window`
+    FixedWindow,
+    /// `sliding_window`
+    SlidingWindow,
+    /// `sliding_log`
+    SlidingLog,
+    /// `concurrency`
+    Concurrency,
+}
+
+impl Kind {
+    /// The rule-format name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::TokenBucket => "token_bucket",
+            Kind::Gcra => "gcra",
+            Kind::FixedWindow => "fixed_window",
+            Kind::SlidingWindow => "sliding_window",
+            Kind::SlidingLog => "sliding_log",
+            Kind::Concurrency => "concurrency",
+        }
+    }
+}
+
+impl Params {
+    /// The algorithm.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Params::TokenBucket { .. } => Kind::TokenBucket,
+            Params::Gcra { .. } => Kind::Gcra,
+            Params::FixedWindow { .. } => Kind::FixedWindow,
+            Params::SlidingWindow { .. } => Kind::SlidingWindow,
+            Params::SlidingLog { .. } => Kind::SlidingLog,
+            Params::Concurrency { .. } => Kind::Concurrency,
+        }
+    }
+
+    /// The quota a client sees (`q` in `RateLimit-Policy`).
+    pub fn limit(&self) -> u64 {
+        match *self {
+            Params::TokenBucket { burst, .. } | Params::Gcra { burst, .. } => burst,
+            Params::FixedWindow { limit, .. }
+            | Params::SlidingWindow { limit, .. }
+            | Params::SlidingLog { limit, .. }
+            | Params::Concurrency { limit, .. } => limit,
+        }
+    }
+
+    /// The period the quota refers to (`w` in `RateLimit-Policy`).
+    pub fn window(&self) -> Micros {
+        match self {
+            Params::TokenBucket { rate_per_s, burst } => {
+                token_bucket::full_period(*rate_per_s, *burst)
+            }
+            Params::Gcra { rate_per_s, burst } => gcra::interval(*rate_per_s) * burst,
+            Params::FixedWindow { window, .. } => window.nominal(),
+            Params::SlidingWindow { window, .. } | Params::SlidingLog { window, .. } => *window,
+            Params::Concurrency { timeout, .. } => *timeout,
+        }
+    }
+}
+
+/// Counts other regions reported for a global rule, added by the merge layer.
+///
+/// For windows, `cur` and `prev` are remote counts of the current and previous window. For
+/// token bucket and GCRA, `cur` is the cumulative units other regions consumed (monotone), and
+/// the state remembers how much of it was already drained, so a repeated figure costs nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Remote {
+    /// Current window count, or cumulative consumption for buckets.
+    pub cur: u64,
+    /// Previous window count (sliding window only).
+    pub prev: u64,
+}
+
+/// The inputs of one evaluation besides state and params.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// Now, in epoch microseconds.
+    pub now: Micros,
+    /// Units asked for; 0 is a peek that reports as if for 1 and takes nothing.
+    pub cost: u64,
+    /// Identifies a concurrency slot so the caller can release it.
+    pub request_id: &'a str,
+    /// Remote counts for global rules.
+    pub remote: Remote,
+}
+
+/// What one algorithm says about one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Whether the request fits.
+    pub allowed: bool,
+    /// The quota (`q`).
+    pub limit: u64,
+    /// Units left after this request (if allowed) or now (if not).
+    pub remaining: u64,
+    /// Until the quota is whole again (bucket full, window over).
+    pub reset: Micros,
+    /// Until the same request would fit if nothing else happened; 0 when allowed.
+    pub retry_after: Micros,
+    /// The policy period (`w`).
+    pub window: Micros,
+    /// This region's own usage after the request: the figure the delta shipper shares.
+    pub usage: u64,
+}
+
+/// The effective cost: a peek reports as if for one unit.
+#[inline]
+pub(crate) fn probe_cost(cost: u64) -> u64 {
+    cost.max(1)
+}
+
+/// Says whether `req` fits, without changing anything.
+pub fn evaluate(params: &Params, state: Option<&State>, req: &Request<'_>) -> Outcome {
+    match params {
+        Params::TokenBucket { rate_per_s, burst } => {
+            token_bucket::evaluate(*rate_per_s, *burst, state, req)
+        }
+        Params::Gcra { rate_per_s, burst } => gcra::evaluate(*rate_per_s, *burst, state, req),
+        Params::FixedWindow { limit, window } => fixed_window::evaluate(*limit, window, state, req),
+        Params::SlidingWindow { limit, window } => {
+            sliding_window::evaluate(*limit, *window, state, req)
+        }
+        Params::SlidingLog { limit, window } => sliding_log::evaluate(*limit, *window, state, req),
+        Params::Concurrency { limit, timeout } => {
+            concurrency::evaluate(*limit, *timeout, state, req)
+        }
+    }
+}
+
+/// The state after charging `req.cost`, and how long it stays meaningful (its store TTL).
+///
+/// Called for admitted requests, and for refused ones of `charge_rejected` rules: a bucket
+/// then drains to zero at most, a window counts past its limit. A cost of 0 returns the
+/// state unchanged (normalised).
+pub fn take(params: &Params, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
+    match params {
+        Params::TokenBucket { rate_per_s, burst } => {
+            token_bucket::take(*rate_per_s, *burst, state, req)
+        }
+        Params::Gcra { rate_per_s, burst } => gcra::take(*rate_per_s, *burst, state, req),
+        Params::FixedWindow { limit: _, window } => fixed_window::take(window, state, req),
+        Params::SlidingWindow { limit: _, window } => sliding_window::take(*window, state, req),
+        Params::SlidingLog { limit: _, window } => sliding_log::take(*window, state, req),
+        Params::Concurrency { limit: _, timeout } => concurrency::take(*timeout, state, req),
+    }
+}
+
+/// Frees a concurrency slot. Returns the new state (None when no slot is left) and whether
+/// the id held one. Other algorithms have nothing to release.
+pub fn release(state: Option<&State>, request_id: &str, now: Micros) -> (Option<State>, bool) {
+    concurrency::release(state, request_id, now)
+}
+
+#[cfg(test)]
+mod proptests;

@@ -1,0 +1,160 @@
+//! Properties every algorithm must keep, over random request sequences.
+
+use super::*;
+use crate::time::{MILLI, SECOND};
+use proptest::prelude::*;
+
+fn params() -> impl Strategy<Value = Params> {
+    prop_oneof![
+        (1u64..50, 1u64..30)
+            .prop_map(|(rate_per_s, burst)| Params::TokenBucket { rate_per_s, burst }),
+        (1u64..50, 1u64..30).prop_map(|(rate_per_s, burst)| Params::Gcra { rate_per_s, burst }),
+        (1u64..30, 1u64..5_000).prop_map(|(limit, ms)| Params::FixedWindow {
+            limit,
+            window: Window::Epoch(ms * MILLI)
+        }),
+        (1u64..30, 1u64..5_000).prop_map(|(limit, ms)| Params::SlidingWindow {
+            limit,
+            window: ms * MILLI
+        }),
+        (1u64..30, 1u64..5_000).prop_map(|(limit, ms)| Params::SlidingLog {
+            limit,
+            window: ms * MILLI
+        }),
+        (1u64..10, 1u64..5_000).prop_map(|(limit, ms)| Params::Concurrency {
+            limit,
+            timeout: ms * MILLI
+        }),
+    ]
+}
+
+/// (gap before the request in µs, cost)
+fn steps() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![Just(0u64), 0u64..2_000, 0u64..3 * SECOND],
+            0u64..4,
+        ),
+        1..200,
+    )
+}
+
+fn req(now: Micros, cost: u64, id: &str) -> Request<'_> {
+    Request {
+        now,
+        cost,
+        request_id: id,
+        remote: Remote::default(),
+    }
+}
+
+/// Runs the steps, returning (time, cost) of every admitted request with cost > 0.
+fn run(p: &Params, steps: &[(u64, u64)]) -> Vec<(Micros, u64)> {
+    let mut st: Option<State> = None;
+    let mut now = 1_700_000_000 * SECOND;
+    let mut admitted = Vec::new();
+    for (i, (gap, cost)) in steps.iter().enumerate() {
+        now += gap;
+        let id = format!("r{i}");
+        let o = evaluate(p, st.as_ref(), &req(now, *cost, &id));
+        if o.allowed && *cost > 0 {
+            st = Some(take(p, st.as_ref(), &req(now, *cost, &id)).0);
+            admitted.push((now, *cost));
+        }
+    }
+    admitted
+}
+
+/// Most units admitted in any interval of length `len` starting at an admission.
+fn max_in(admitted: &[(Micros, u64)], len: Micros) -> u64 {
+    let mut best = 0;
+    for (i, (t0, _)) in admitted.iter().enumerate() {
+        let sum: u64 = admitted[i..]
+            .iter()
+            .take_while(|(t, _)| *t < t0 + len)
+            .map(|(_, c)| c)
+            .sum();
+        best = best.max(sum);
+    }
+    best
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn never_admits_more_than_the_definition(p in params(), s in steps()) {
+        let admitted = run(&p, &s);
+        match &p {
+            Params::TokenBucket { rate_per_s: r, burst: b } | Params::Gcra { rate_per_s: r, burst: b } => {
+                // In any interval of length L: burst + rate·L.
+                for len in [1, 100 * MILLI, SECOND, 5 * SECOND] {
+                    let cap = b + (r * len).div_ceil(SECOND);
+                    prop_assert!(max_in(&admitted, len) <= cap, "{} > {cap} in {len}us", max_in(&admitted, len));
+                }
+            }
+            Params::FixedWindow { limit, window } => {
+                let mut per: std::collections::HashMap<Micros, u64> = Default::default();
+                for (t, c) in &admitted { *per.entry(window.bounds(*t).0).or_default() += c; }
+                prop_assert!(per.values().all(|&n| n <= *limit));
+            }
+            Params::SlidingWindow { limit, window } => {
+                let mut per: std::collections::HashMap<Micros, u64> = Default::default();
+                for (t, c) in &admitted { *per.entry(t - t % window).or_default() += c; }
+                prop_assert!(per.values().all(|&n| n <= *limit));
+                // The estimate never lets a sliding window see more than twice the limit.
+                prop_assert!(max_in(&admitted, *window) <= 2 * limit);
+            }
+            Params::SlidingLog { limit, window } => {
+                prop_assert!(max_in(&admitted, *window) <= *limit);
+            }
+            Params::Concurrency { limit, timeout } => {
+                // Nothing is released here, so slots only expire.
+                prop_assert!(max_in(&admitted, *timeout) <= *limit);
+            }
+        }
+    }
+
+    #[test]
+    fn retry_after_is_never_early(p in params(), s in steps(), cost in 1u64..4) {
+        let mut st: Option<State> = None;
+        let mut now = 1_700_000_000 * SECOND;
+        for (i, (gap, c)) in s.iter().enumerate() {
+            now += gap;
+            let id = format!("r{i}");
+            if evaluate(&p, st.as_ref(), &req(now, *c, &id)).allowed && *c > 0 {
+                st = Some(take(&p, st.as_ref(), &req(now, *c, &id)).0);
+            }
+        }
+        let o = evaluate(&p, st.as_ref(), &req(now, cost, "probe"));
+        if !o.allowed && cost <= p.limit() {
+            let later = evaluate(&p, st.as_ref(), &req(now + o.retry_after, cost, "probe"));
+            prop_assert!(later.allowed, "refused again at now + retry_after ({}us): {later:?}", o.retry_after);
+            prop_assert!(o.retry_after > 0);
+        }
+    }
+
+    #[test]
+    fn state_survives_encode_decode(p in params(), s in steps()) {
+        let mut st: Option<State> = None;
+        let mut now = 1_700_000_000 * SECOND;
+        for (i, (gap, c)) in s.iter().enumerate() {
+            now += gap;
+            let id = format!("r{i}");
+            if evaluate(&p, st.as_ref(), &req(now, *c, &id)).allowed {
+                st = Some(take(&p, st.as_ref(), &req(now, *c, &id)).0);
+            }
+            if let Some(state) = &st {
+                let back = State::decode(p.kind(), &state.encode());
+                prop_assert_eq!(back.as_ref(), Ok(state));
+            }
+        }
+    }
+
+    #[test]
+    fn peeking_changes_nothing(p in params(), s in steps()) {
+        let admitted = run(&p, &s);
+        let with_peeks: Vec<(u64, u64)> = s.iter().flat_map(|&(g, c)| [(g, c), (0, 0)]).collect();
+        prop_assert_eq!(admitted, run(&p, &with_peeks));
+    }
+}

@@ -1,0 +1,121 @@
+//! Sliding window counter (Cloudflare's estimate): the current window's count plus the
+//! previous window's, weighted by how much of it the sliding window still covers.
+//!
+//! The weight is taken in whole milliseconds so the products stay below 2^53: the estimate is
+//! `prev·rem_ms + cur·w_ms ≤ limit·w_ms`, all integers, identical in Lua.
+
+use super::{Outcome, Request, State, probe_cost};
+use crate::time::{MILLI, Micros};
+
+/// Local (cur, prev) counts for the window starting at `start`.
+fn counts(start: Micros, window: Micros, state: Option<&State>) -> (u64, u64) {
+    match state {
+        Some(State::SlidingWindow {
+            start: s,
+            cur,
+            prev,
+        }) if *s == start => (*cur, *prev),
+        Some(State::SlidingWindow { start: s, cur, .. }) if *s + window == start => (0, *cur),
+        _ => (0, 0),
+    }
+}
+
+/// Smallest wait after which `floor((w_us - elapsed - wait)/1000) <= r_ms`.
+fn wait_until_rem(window: Micros, elapsed: Micros, r_ms: u64) -> Micros {
+    (window - elapsed).saturating_sub((r_ms + 1) * MILLI - 1)
+}
+
+pub(super) fn evaluate(
+    limit: u64,
+    window: Micros,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> Outcome {
+    let now = req.now;
+    let start = now - now % window;
+    let elapsed = now - start;
+    let w_ms = window / MILLI;
+    let rem_ms = (window - elapsed) / MILLI;
+    let (lcur, lprev) = counts(start, window, state);
+    let cur = lcur + req.remote.cur;
+    let prev = lprev + req.remote.prev;
+    let probe = probe_cost(req.cost);
+    let budget = limit * w_ms;
+    let allowed = prev * rem_ms + (cur + probe) * w_ms <= budget;
+    let cur_after = if allowed { cur + req.cost } else { cur };
+    let remaining = (budget.saturating_sub(prev * rem_ms) / w_ms).saturating_sub(cur_after);
+    let retry_after = if allowed {
+        0
+    } else if probe > limit {
+        2 * window - elapsed
+    } else if cur + probe <= limit {
+        // Within this window, once the previous window's weight has shrunk enough.
+        let r = (limit - cur - probe) * w_ms / prev;
+        wait_until_rem(window, elapsed, r)
+    } else {
+        // Next window: the current count becomes the weighted one.
+        let to_next = window - elapsed;
+        let r = (limit - probe) * w_ms / cur;
+        if r >= w_ms {
+            to_next
+        } else {
+            to_next + wait_until_rem(window, 0, r)
+        }
+    };
+    Outcome {
+        allowed,
+        limit,
+        remaining,
+        reset: window - elapsed,
+        retry_after,
+        window,
+        usage: if allowed { lcur + req.cost } else { lcur },
+    }
+}
+
+pub(super) fn take(window: Micros, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
+    let now = req.now;
+    let start = now - now % window;
+    let (cur, prev) = counts(start, window, state);
+    (
+        State::SlidingWindow {
+            start,
+            cur: cur + req.cost,
+            prev,
+        },
+        2 * window - (now - start),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Params, Remote, evaluate, take};
+    use super::*;
+    use crate::time::SECOND;
+
+    #[test]
+    fn previous_window_weighs_in() {
+        let p = Params::SlidingWindow {
+            limit: 10,
+            window: 10 * SECOND,
+        };
+        let r = |now| Request {
+            now,
+            cost: 1,
+            request_id: "",
+            remote: Remote::default(),
+        };
+        let mut st = None;
+        for _ in 0..10 {
+            st = Some(take(&p, st.as_ref(), &r(5 * SECOND)).0);
+        }
+        // Halfway through the next window, half of the previous 10 still count.
+        let o = evaluate(&p, st.as_ref(), &r(15 * SECOND));
+        assert!(o.allowed);
+        assert_eq!(o.remaining, 4);
+        let o = evaluate(&p, st.as_ref(), &r(10 * SECOND));
+        assert!(!o.allowed);
+        assert!(evaluate(&p, st.as_ref(), &r(10 * SECOND + o.retry_after)).allowed);
+        assert!(!evaluate(&p, st.as_ref(), &r(10 * SECOND + o.retry_after - 1)).allowed);
+    }
+}

@@ -1,0 +1,186 @@
+//! Algorithm state and its compact text encoding.
+//!
+//! The encoding is what the in-memory store snapshots and what tests round-trip; Redis keeps
+//! the same fields in native types (see `lua/`). It is short on purpose: memory per key is a
+//! target.
+
+use super::Kind;
+use crate::time::Micros;
+
+/// The mutable part of one (rule, identity) counter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Micro-tokens left at `ts`; `seen` is the remote consumption already drained.
+    TokenBucket {
+        /// Micro-tokens (tokens × 10^6).
+        tokens: u64,
+        /// When `tokens` was computed.
+        ts: Micros,
+        /// Cumulative remote units already drained.
+        seen: u64,
+    },
+    /// Theoretical arrival time.
+    Gcra {
+        /// TAT in epoch microseconds.
+        tat: Micros,
+        /// Cumulative remote units already applied.
+        seen: u64,
+    },
+    /// Count in the window starting at `start`.
+    FixedWindow {
+        /// Window start.
+        start: Micros,
+        /// Units admitted in it.
+        count: u64,
+    },
+    /// Counts of the window starting at `start` and of the one before.
+    SlidingWindow {
+        /// Current window start.
+        start: Micros,
+        /// Units in the current window.
+        cur: u64,
+        /// Units in the previous window.
+        prev: u64,
+    },
+    /// Admission times, ascending, one per unit.
+    SlidingLog {
+        /// Timestamps.
+        entries: Vec<Micros>,
+    },
+    /// Held slots: (request id, expiry, units).
+    Concurrency {
+        /// Slots in acquisition order.
+        slots: Vec<(String, Micros, u64)>,
+    },
+}
+
+/// Why bytes did not decode into a state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("corrupt {kind} state: {detail}")]
+pub struct DecodeError {
+    /// Which algorithm's state was expected.
+    pub kind: &'static str,
+    /// What was wrong.
+    pub detail: String,
+}
+
+impl State {
+    /// The algorithm this state belongs to.
+    pub fn kind(&self) -> Kind {
+        match self {
+            State::TokenBucket { .. } => Kind::TokenBucket,
+            State::Gcra { .. } => Kind::Gcra,
+            State::FixedWindow { .. } => Kind::FixedWindow,
+            State::SlidingWindow { .. } => Kind::SlidingWindow,
+            State::SlidingLog { .. } => Kind::SlidingLog,
+            State::Concurrency { .. } => Kind::Concurrency,
+        }
+    }
+
+    /// Space-separated integers (ids of concurrency slots may not contain spaces).
+    pub fn encode(&self) -> String {
+        let nums = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+        match self {
+            State::TokenBucket { tokens, ts, seen } => nums(&[*tokens, *ts, *seen]),
+            State::Gcra { tat, seen } => nums(&[*tat, *seen]),
+            State::FixedWindow { start, count } => nums(&[*start, *count]),
+            State::SlidingWindow { start, cur, prev } => nums(&[*start, *cur, *prev]),
+            State::SlidingLog { entries } => nums(entries),
+            State::Concurrency { slots } => slots
+                .iter()
+                .map(|(id, exp, cost)| format!("{id} {exp} {cost}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+
+    /// Inverse of [`State::encode`] for a known algorithm.
+    pub fn decode(kind: Kind, text: &str) -> Result<State, DecodeError> {
+        let err = |detail: String| DecodeError {
+            kind: kind.name(),
+            detail,
+        };
+        let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+        let nums = |v: &[&str]| -> Result<Vec<u64>, DecodeError> {
+            v.iter()
+                .map(|f| {
+                    f.parse::<u64>()
+                        .map_err(|_| err(format!("{f:?} is not a count")))
+                })
+                .collect()
+        };
+        let exact = |n: usize| -> Result<Vec<u64>, DecodeError> {
+            if fields.len() != n {
+                return Err(err(format!("expected {n} fields, got {}", fields.len())));
+            }
+            nums(&fields)
+        };
+        Ok(match kind {
+            Kind::TokenBucket => {
+                let v = exact(3)?;
+                State::TokenBucket {
+                    tokens: v[0],
+                    ts: v[1],
+                    seen: v[2],
+                }
+            }
+            Kind::Gcra => {
+                let v = exact(2)?;
+                State::Gcra {
+                    tat: v[0],
+                    seen: v[1],
+                }
+            }
+            Kind::FixedWindow => {
+                let v = exact(2)?;
+                State::FixedWindow {
+                    start: v[0],
+                    count: v[1],
+                }
+            }
+            Kind::SlidingWindow => {
+                let v = exact(3)?;
+                State::SlidingWindow {
+                    start: v[0],
+                    cur: v[1],
+                    prev: v[2],
+                }
+            }
+            Kind::SlidingLog => {
+                let entries = nums(&fields)?;
+                if entries.windows(2).any(|w| w[0] > w[1]) {
+                    return Err(err("log entries out of order".into()));
+                }
+                State::SlidingLog { entries }
+            }
+            Kind::Concurrency => {
+                if !fields.len().is_multiple_of(3) {
+                    return Err(err("slots come in triples".into()));
+                }
+                let mut slots = Vec::with_capacity(fields.len() / 3);
+                for c in fields.chunks(3) {
+                    let v = nums(&c[1..])?;
+                    slots.push((c[0].to_string(), v[0], v[1]));
+                }
+                State::Concurrency { slots }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corrupt_state_is_an_error_not_a_panic() {
+        assert!(State::decode(Kind::TokenBucket, "1 2").is_err());
+        assert!(State::decode(Kind::FixedWindow, "x 2").is_err());
+        assert!(State::decode(Kind::SlidingLog, "5 3").is_err());
+        assert!(State::decode(Kind::Concurrency, "a 1").is_err());
+        assert_eq!(
+            State::decode(Kind::Gcra, "10 0"),
+            Ok(State::Gcra { tat: 10, seen: 0 })
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! Token bucket: `burst` tokens, refilled at `rate_per_s`.
+//!
+//! Tokens are kept in micro-tokens, so a refill of `rate` tokens per second is exactly `rate`
+//! micro-tokens per microsecond: no rounding, ever. Absent state is a full bucket, so a key
+//! expires as soon as its bucket is full again.
+
+use super::{Outcome, Request, State, TOKEN_SCALE, probe_cost};
+use crate::time::{Micros, div_ceil};
+
+/// Time for an empty bucket to fill.
+pub(super) fn full_period(rate: u64, burst: u64) -> Micros {
+    div_ceil(burst * TOKEN_SCALE, rate)
+}
+
+/// Tokens at `now` (refilled, remote consumption drained) and the remote figure seen.
+fn current(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> (u64, Micros, u64) {
+    let cap = burst * TOKEN_SCALE;
+    let (mut tokens, ts, seen) = match state {
+        Some(State::TokenBucket { tokens, ts, seen }) => {
+            let tokens = (*tokens).min(cap);
+            let elapsed = req.now.saturating_sub(*ts);
+            let missing = cap - tokens;
+            let tokens = if elapsed >= div_ceil(missing, rate) {
+                cap
+            } else {
+                tokens + elapsed * rate
+            };
+            (tokens, (*ts).max(req.now), *seen)
+        }
+        _ => (cap, req.now, req.remote.cur),
+    };
+    let fresh = req.remote.cur.saturating_sub(seen);
+    tokens = tokens.saturating_sub(fresh.saturating_mul(TOKEN_SCALE));
+    (tokens, ts, seen.max(req.remote.cur))
+}
+
+pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> Outcome {
+    let cap = burst * TOKEN_SCALE;
+    let (tokens, _, _) = current(rate, burst, state, req);
+    let need = probe_cost(req.cost) * TOKEN_SCALE;
+    let window = full_period(rate, burst);
+    if need <= tokens {
+        let after = tokens - req.cost * TOKEN_SCALE;
+        let remaining = after / TOKEN_SCALE;
+        Outcome {
+            allowed: true,
+            limit: burst,
+            remaining,
+            reset: div_ceil(cap - after, rate),
+            retry_after: 0,
+            window,
+            usage: burst - remaining,
+        }
+    } else {
+        let remaining = tokens / TOKEN_SCALE;
+        let retry_after = if need > cap {
+            window
+        } else {
+            div_ceil(need - tokens, rate)
+        };
+        Outcome {
+            allowed: false,
+            limit: burst,
+            remaining,
+            reset: div_ceil(cap - tokens, rate),
+            retry_after,
+            window,
+            usage: burst - remaining,
+        }
+    }
+}
+
+pub(super) fn take(
+    rate: u64,
+    burst: u64,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> (State, Micros) {
+    let cap = burst * TOKEN_SCALE;
+    let (tokens, ts, seen) = current(rate, burst, state, req);
+    let tokens = tokens.saturating_sub(req.cost * TOKEN_SCALE);
+    (
+        State::TokenBucket { tokens, ts, seen },
+        div_ceil(cap - tokens, rate),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Params, Remote, evaluate, take};
+    use super::*;
+    use crate::time::SECOND;
+
+    fn req(now: Micros, cost: u64) -> Request<'static> {
+        Request {
+            now,
+            cost,
+            request_id: "",
+            remote: Remote::default(),
+        }
+    }
+
+    #[test]
+    fn burst_then_refill() {
+        let p = Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 20,
+        };
+        let mut st: Option<State> = None;
+        let mut allowed = 0;
+        for _ in 0..25 {
+            let o = evaluate(&p, st.as_ref(), &req(0, 1));
+            if o.allowed {
+                allowed += 1;
+                st = Some(take(&p, st.as_ref(), &req(0, 1)).0);
+            } else {
+                assert_eq!(o.retry_after, SECOND);
+                assert_eq!(o.remaining, 0);
+            }
+        }
+        assert_eq!(allowed, 20);
+        assert!(evaluate(&p, st.as_ref(), &req(SECOND, 1)).allowed);
+        assert!(!evaluate(&p, st.as_ref(), &req(SECOND - 1, 1)).allowed);
+    }
+
+    #[test]
+    fn remote_consumption_is_drained_once() {
+        let p = Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 10,
+        };
+        let r = |cur| Request {
+            now: 0,
+            cost: 1,
+            request_id: "",
+            remote: Remote { cur, prev: 0 },
+        };
+        let (s, _) = take(&p, None, &r(0));
+        let (s, _) = take(&p, Some(&s), &r(5));
+        assert_eq!(evaluate(&p, Some(&s), &r(5)).remaining, 2);
+        // The same remote figure again drains nothing more.
+        let (s, _) = take(&p, Some(&s), &r(5));
+        assert_eq!(evaluate(&p, Some(&s), &r(5)).remaining, 1);
+    }
+
+    #[test]
+    fn cost_above_burst_never_fits() {
+        let p = Params::TokenBucket {
+            rate_per_s: 10,
+            burst: 5,
+        };
+        let o = evaluate(&p, None, &req(0, 6));
+        assert!(!o.allowed);
+        assert_eq!(o.retry_after, full_period(10, 5));
+    }
+}

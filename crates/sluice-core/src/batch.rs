@@ -1,0 +1,234 @@
+//! The store contract: one identity's rules checked together and taken together.
+//!
+//! A request refused by the daily quota must not burn a burst token, so every rule of an
+//! identity is evaluated first, and only then are the admitted costs taken from all of them.
+//! [`apply`] is that step as a pure function over the states; the memory store runs it under a
+//! shard lock, the simulator runs it directly, and `lua/check.lua` is its transcription for
+//! Redis, held to it by the differential test.
+
+use crate::algo::{self, Outcome, Params, Remote, Request, State};
+use crate::time::Micros;
+
+/// One rule's part of an identity's check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    /// Store key (see [`crate::matching::store_key`]).
+    pub key: String,
+    /// Effective numbers (after overrides).
+    pub params: Params,
+    /// `false` for shadow rules: counted as if enforced, never refusing.
+    pub enforce: bool,
+    /// Refused requests still cost quota.
+    pub charge_rejected: bool,
+    /// Other regions' counts, for global rules.
+    pub remote: Remote,
+}
+
+/// One atomic store call: every rule of one identity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    /// Now, epoch microseconds.
+    pub now: Micros,
+    /// Units asked for (0 = peek).
+    pub cost: u64,
+    /// Id for concurrency slots.
+    pub request_id: String,
+    /// The rules, in decision order.
+    pub items: Vec<Item>,
+}
+
+/// What the store answers for a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallResult {
+    /// Every enforced item allowed.
+    pub allowed: bool,
+    /// One outcome per item, in order.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// What to do with one key after a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Leave it as it is.
+    Keep,
+    /// Store this state, expiring after the TTL (0 = it carries nothing: delete).
+    Put(State, Micros),
+}
+
+impl Call {
+    fn request(&self, item: &Item) -> Request<'_> {
+        Request {
+            now: self.now,
+            cost: self.cost,
+            request_id: &self.request_id,
+            remote: item.remote,
+        }
+    }
+}
+
+/// Checks every item, then takes from all when every enforced item allows.
+///
+/// `states[i]` is the current state of `items[i].key` (None = absent). Shadow items take only
+/// when they would have allowed, so their counts track what enforcing them would do.
+/// Refused requests charge only `charge_rejected` items.
+pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) {
+    let mut outcomes: Vec<Outcome> = call
+        .items
+        .iter()
+        .zip(states)
+        .map(|(item, st)| algo::evaluate(&item.params, st.as_ref(), &call.request(item)))
+        .collect();
+    let allowed = call
+        .items
+        .iter()
+        .zip(&outcomes)
+        .all(|(i, o)| o.allowed || !i.enforce);
+    if !allowed && call.cost > 0 {
+        // Outcomes say "after this request"; a refused request takes nothing from the rules
+        // that would have allowed it, so give the cost back in what they report.
+        for (item, o) in call.items.iter().zip(outcomes.iter_mut()) {
+            if o.allowed && !(item.enforce && item.charge_rejected) {
+                o.remaining = (o.remaining + call.cost).min(o.limit);
+                o.usage = o.usage.saturating_sub(call.cost);
+            }
+        }
+    }
+    let writes = call
+        .items
+        .iter()
+        .zip(states)
+        .zip(&outcomes)
+        .map(|((item, st), o)| {
+            let charge = if allowed {
+                o.allowed
+            } else {
+                item.enforce && item.charge_rejected
+            };
+            if call.cost == 0 || !charge {
+                return Write::Keep;
+            }
+            let (state, ttl) = algo::take(&item.params, st.as_ref(), &call.request(item));
+            Write::Put(state, ttl)
+        })
+        .collect();
+    (CallResult { allowed, outcomes }, writes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::Window;
+    use crate::time::SECOND;
+
+    fn call(items: Vec<Item>) -> Call {
+        Call {
+            now: 0,
+            cost: 1,
+            request_id: "r".into(),
+            items,
+        }
+    }
+
+    fn item(key: &str, params: Params) -> Item {
+        Item {
+            key: key.into(),
+            params,
+            enforce: true,
+            charge_rejected: false,
+            remote: Remote::default(),
+        }
+    }
+
+    fn commit(states: &mut [Option<State>], writes: Vec<Write>) {
+        for (s, w) in states.iter_mut().zip(writes) {
+            if let Write::Put(st, _) = w {
+                *s = Some(st);
+            }
+        }
+    }
+
+    #[test]
+    fn a_refusal_by_one_rule_takes_from_none() {
+        let c = call(vec![
+            item(
+                "burst",
+                Params::TokenBucket {
+                    rate_per_s: 1,
+                    burst: 10,
+                },
+            ),
+            item(
+                "daily",
+                Params::FixedWindow {
+                    limit: 2,
+                    window: Window::Epoch(86_400 * SECOND),
+                },
+            ),
+        ]);
+        let mut states = vec![None, None];
+        for _ in 0..2 {
+            let (r, w) = apply(&c, &states);
+            assert!(r.allowed);
+            commit(&mut states, w);
+        }
+        let (r, w) = apply(&c, &states);
+        assert!(!r.allowed);
+        assert!(w.iter().all(|w| *w == Write::Keep));
+        assert_eq!(r.outcomes[0].remaining, 8);
+    }
+
+    #[test]
+    fn shadow_never_refuses_but_counts() {
+        let mut shadow = item(
+            "s",
+            Params::FixedWindow {
+                limit: 1,
+                window: Window::Epoch(SECOND),
+            },
+        );
+        shadow.enforce = false;
+        let c = call(vec![shadow]);
+        let mut states = vec![None];
+        let (r, w) = apply(&c, &states);
+        assert!(r.allowed && r.outcomes[0].allowed);
+        commit(&mut states, w);
+        let (r, w) = apply(&c, &states);
+        assert!(r.allowed && !r.outcomes[0].allowed);
+        assert_eq!(w, vec![Write::Keep]);
+    }
+
+    #[test]
+    fn charge_rejected_counts_refusals() {
+        let mut i = item(
+            "w",
+            Params::FixedWindow {
+                limit: 1,
+                window: Window::Epoch(SECOND),
+            },
+        );
+        i.charge_rejected = true;
+        let c = call(vec![i]);
+        let mut states = vec![None];
+        for _ in 0..3 {
+            let (_, w) = apply(&c, &states);
+            commit(&mut states, w);
+        }
+        assert_eq!(states[0], Some(State::FixedWindow { start: 0, count: 3 }));
+    }
+
+    #[test]
+    fn peek_takes_nothing() {
+        let mut c = call(vec![item(
+            "b",
+            Params::TokenBucket {
+                rate_per_s: 1,
+                burst: 1,
+            },
+        )]);
+        c.cost = 0;
+        let (r, w) = apply(&c, &[None]);
+        assert!(r.allowed);
+        assert_eq!(r.outcomes[0].remaining, 1);
+        assert_eq!(w, vec![Write::Keep]);
+    }
+}

@@ -1,0 +1,536 @@
+//! From matched rules to store calls, and from store answers to a decision and its headers.
+//!
+//! [`plan`] groups the applicable rules by identity into one [`Call`] each (one atomic store
+//! call per identity). The shell runs the calls however it likes (Redis, memory, simulated)
+//! and hands the answers to [`Plan::decide`], which also applies each rule's failure mode to
+//! calls that failed. Headers and the 429 body are rendered from the decision here, so every
+//! front end (HTTP, gRPC, Envoy) says the same thing.
+
+use crate::algo::{Outcome, Params, Remote};
+use crate::batch::{Call, CallResult, Item};
+use crate::matching::{Applied, Descriptors, applicable};
+use crate::rules::{Domain, FailureMode, HeaderMode, Mode};
+use crate::time::{Micros, ceil_millis, ceil_secs};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// The decision code front ends map to a status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// Allowed.
+    Ok,
+    /// Refused: the client is over a limit (HTTP 429).
+    OverLimit,
+    /// A fail-closed rule could not be decided (HTTP 503, `Retry-After: 1`).
+    Unavailable,
+}
+
+impl Code {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Ok => "OK",
+            Code::OverLimit => "OVER_LIMIT",
+            Code::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
+/// How a rule's verdict was reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// The shared store answered.
+    Store,
+    /// The store failed; a per-daemon local bucket answered.
+    Local,
+    /// The store failed; the rule fails open.
+    FailedOpen,
+    /// The store failed; the rule fails closed.
+    FailedClosed,
+}
+
+/// One enforced policy's status, as reported and rendered into headers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyStatus {
+    /// Rule id.
+    pub id: Arc<str>,
+    /// Quota.
+    pub limit: u64,
+    /// Policy window in whole seconds (at least 1).
+    pub window_s: u64,
+    /// Units left.
+    pub remaining: u64,
+    /// Seconds until the quota is whole again.
+    pub reset_s: u64,
+    /// Whether this policy admitted the request.
+    pub allowed: bool,
+    /// Wait before a retry could pass this policy, ms.
+    pub retry_after_ms: u64,
+    /// What the client may see of it.
+    pub headers: HeaderMode,
+    /// How the verdict was reached.
+    pub via: Via,
+}
+
+/// The answer to one check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// OK, OVER_LIMIT or UNAVAILABLE.
+    pub code: Code,
+    /// The refusing rule with the longest wait (None when allowed).
+    pub decided_by: Option<Arc<str>>,
+    /// How long to wait before retrying, ms (0 when allowed).
+    pub retry_after_ms: u64,
+    /// Enforced policies in rule order.
+    pub policies: Vec<PolicyStatus>,
+    /// Shadow rules that would have refused.
+    pub shadow_denied: Vec<Arc<str>>,
+    /// Rules version that decided.
+    pub rules_version: u64,
+}
+
+impl Decision {
+    /// Whether the gateway should let the request through.
+    pub fn allowed(&self) -> bool {
+        self.code == Code::Ok
+    }
+
+    /// A decision for a request no rule applies to.
+    pub fn unlimited(rules_version: u64) -> Decision {
+        Decision {
+            code: Code::Ok,
+            decided_by: None,
+            retry_after_ms: 0,
+            policies: Vec::new(),
+            shadow_denied: Vec::new(),
+            rules_version,
+        }
+    }
+}
+
+/// A store call for one identity and the applied rules it covers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedCall {
+    /// The call to send.
+    pub call: Call,
+    /// Index into [`Plan::applied`] of each item.
+    pub rules: Vec<usize>,
+}
+
+/// What the shell got back for a planned call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The store answered.
+    Done(CallResult),
+    /// The store failed; `local` answers the call's `local` rules (see [`Plan::fallback`]).
+    Failed {
+        /// The local bucket's result for the fallback call, if there was one.
+        local: Option<CallResult>,
+    },
+}
+
+/// Matched rules grouped into store calls.
+#[derive(Clone, Debug)]
+pub struct Plan<'a> {
+    /// Every rule that applies.
+    pub applied: Vec<Applied<'a>>,
+    /// One call per identity, in order of first appearance.
+    pub calls: Vec<PlannedCall>,
+}
+
+/// Matches the request and groups the rules into one call per identity.
+///
+/// `remote` supplies other regions' counts for global rules (the merge layer); region rules
+/// get none.
+pub fn plan<'a>(
+    domain: &'a Domain,
+    d: &Descriptors,
+    now: Micros,
+    cost: u64,
+    request_id: &str,
+    mut remote: impl FnMut(&Applied<'a>) -> Remote,
+) -> Plan<'a> {
+    let applied = applicable(domain, d);
+    let mut calls: Vec<PlannedCall> = Vec::new();
+    let mut owner: Vec<&str> = Vec::new();
+    for (i, a) in applied.iter().enumerate() {
+        let item = Item {
+            key: a.key.clone(),
+            params: a.params.as_ref().clone(),
+            enforce: a.rule.mode == Mode::Enforce,
+            charge_rejected: a.rule.charge_rejected,
+            remote: match a.rule.scope {
+                crate::rules::Scope::Global => remote(a),
+                crate::rules::Scope::Region => Remote::default(),
+            },
+        };
+        match owner.iter().position(|o| *o == a.identity) {
+            Some(c) => {
+                calls[c].call.items.push(item);
+                calls[c].rules.push(i);
+            }
+            None => {
+                owner.push(&a.identity);
+                calls.push(PlannedCall {
+                    call: Call {
+                        now,
+                        cost,
+                        request_id: request_id.to_string(),
+                        items: vec![item],
+                    },
+                    rules: vec![i],
+                });
+            }
+        }
+    }
+    Plan { applied, calls }
+}
+
+/// Scales a rule's numbers for a per-daemon local bucket (`permille` of the original, at
+/// least 1).
+pub fn scale(params: &Params, permille: u64) -> Params {
+    let s = |v: u64| (v.saturating_mul(permille) / 1000).max(1);
+    let mut p = params.clone();
+    match &mut p {
+        Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
+            *rate_per_s = s(*rate_per_s);
+            *burst = s(*burst);
+        }
+        Params::FixedWindow { limit, .. }
+        | Params::SlidingWindow { limit, .. }
+        | Params::SlidingLog { limit, .. }
+        | Params::Concurrency { limit, .. } => *limit = s(*limit),
+    }
+    p
+}
+
+impl Plan<'_> {
+    /// The call a daemon runs on its local buckets when call `i` failed: the items of its
+    /// `on_store_failure: local` rules, numbers scaled to `local_permille`. `None` when the
+    /// call has no such rule.
+    pub fn fallback(&self, i: usize, local_permille: u64) -> Option<Call> {
+        let pc = &self.calls[i];
+        let items: Vec<Item> = pc
+            .call
+            .items
+            .iter()
+            .zip(&pc.rules)
+            .filter(|(_, r)| self.applied[**r].rule.on_store_failure == FailureMode::Local)
+            .map(|(it, _)| Item {
+                params: scale(&it.params, local_permille),
+                remote: Remote::default(),
+                ..it.clone()
+            })
+            .collect();
+        (!items.is_empty()).then(|| Call {
+            items,
+            ..pc.call.clone()
+        })
+    }
+
+    /// Combines the answers (one per call, in order) into the decision.
+    pub fn decide(&self, rules_version: u64, answers: &[Answer]) -> Decision {
+        let mut d = Decision::unlimited(rules_version);
+        let mut unavailable = false;
+        let mut longest: Option<(u64, Arc<str>)> = None;
+        for (pc, ans) in self.calls.iter().zip(answers) {
+            let mut local_i = 0;
+            for (k, &ri) in pc.rules.iter().enumerate() {
+                let a = &self.applied[ri];
+                let rule = a.rule;
+                let (outcome, via): (Option<Outcome>, Via) = match ans {
+                    Answer::Done(r) => (r.outcomes.get(k).copied(), Via::Store),
+                    Answer::Failed { local } => match rule.on_store_failure {
+                        FailureMode::Open => (None, Via::FailedOpen),
+                        FailureMode::Closed => (None, Via::FailedClosed),
+                        FailureMode::Local => {
+                            let o = local
+                                .as_ref()
+                                .and_then(|l| l.outcomes.get(local_i).copied());
+                            local_i += 1;
+                            match o {
+                                Some(o) => (Some(o), Via::Local),
+                                None => (None, Via::FailedOpen),
+                            }
+                        }
+                    },
+                };
+                if rule.mode == Mode::Shadow {
+                    if outcome.is_some_and(|o| !o.allowed) {
+                        d.shadow_denied.push(rule.id.clone());
+                    }
+                    continue;
+                }
+                let status = match outcome {
+                    Some(o) => status(rule.id.clone(), &o, rule.headers, via),
+                    None => {
+                        let limit = a.params.limit();
+                        let closed = via == Via::FailedClosed;
+                        unavailable |= closed;
+                        PolicyStatus {
+                            id: rule.id.clone(),
+                            limit,
+                            window_s: ceil_secs(a.params.window()).max(1),
+                            remaining: if closed { 0 } else { limit },
+                            reset_s: 1,
+                            allowed: !closed,
+                            retry_after_ms: if closed { 1000 } else { 0 },
+                            headers: rule.headers,
+                            via,
+                        }
+                    }
+                };
+                if !status.allowed
+                    && status.via != Via::FailedClosed
+                    && longest
+                        .as_ref()
+                        .is_none_or(|(ms, _)| status.retry_after_ms > *ms)
+                {
+                    longest = Some((status.retry_after_ms, status.id.clone()));
+                }
+                d.policies.push(status);
+            }
+        }
+        if let Some((ms, id)) = longest {
+            d.code = Code::OverLimit;
+            d.retry_after_ms = ms;
+            d.decided_by = Some(id);
+        } else if unavailable {
+            d.code = Code::Unavailable;
+            d.retry_after_ms = 1000;
+            d.decided_by = d
+                .policies
+                .iter()
+                .find(|p| p.via == Via::FailedClosed)
+                .map(|p| p.id.clone());
+        }
+        d
+    }
+}
+
+fn status(id: Arc<str>, o: &Outcome, headers: HeaderMode, via: Via) -> PolicyStatus {
+    PolicyStatus {
+        id,
+        limit: o.limit,
+        window_s: ceil_secs(o.window).max(1),
+        remaining: o.remaining,
+        reset_s: ceil_secs(o.reset),
+        allowed: o.allowed,
+        retry_after_ms: if o.allowed {
+            0
+        } else {
+            ceil_millis(o.retry_after)
+        },
+        headers,
+        via,
+    }
+}
+
+/// The response headers for a decision: `Retry-After` when refused; `RateLimit-Policy` and
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers, an item per policy named by rule id) and
+/// `X-RateLimit-Limit/Remaining/Reset` for the most restrictive policy, leaving out
+/// `retry_only` rules.
+pub fn headers(d: &Decision) -> Vec<(&'static str, String)> {
+    let mut out = Vec::with_capacity(6);
+    if d.code != Code::Ok {
+        let secs = ceil_secs(d.retry_after_ms * 1000).max(1);
+        out.push(("Retry-After", secs.to_string()));
+    }
+    let visible: Vec<&PolicyStatus> = d
+        .policies
+        .iter()
+        .filter(|p| p.headers == HeaderMode::Full)
+        .collect();
+    if visible.is_empty() {
+        return out;
+    }
+    let mut policy = String::new();
+    let mut state = String::new();
+    for (i, p) in visible.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        let _ = write!(policy, "{sep}\"{}\";q={};w={}", p.id, p.limit, p.window_s);
+        let _ = write!(state, "{sep}\"{}\";r={};t={}", p.id, p.remaining, p.reset_s);
+    }
+    out.push(("RateLimit-Policy", policy));
+    out.push(("RateLimit", state));
+    // Most restrictive: fewest remaining, then smallest share of its limit, then first.
+    if let Some(p) = visible.iter().min_by(|a, b| {
+        a.remaining.cmp(&b.remaining).then(
+            (u128::from(a.remaining) * u128::from(b.limit))
+                .cmp(&(u128::from(b.remaining) * u128::from(a.limit))),
+        )
+    }) {
+        out.push(("X-RateLimit-Limit", p.limit.to_string()));
+        out.push(("X-RateLimit-Remaining", p.remaining.to_string()));
+        out.push(("X-RateLimit-Reset", p.reset_s.to_string()));
+    }
+    out
+}
+
+/// An `application/problem+json` body for a refused request, naming the violated policies
+/// the client may see.
+pub fn problem_json(d: &Decision) -> String {
+    let violated: Vec<&str> = d
+        .policies
+        .iter()
+        .filter(|p| !p.allowed && p.headers == HeaderMode::Full)
+        .map(|p| &*p.id)
+        .collect();
+    let (status, title, kind) = match d.code {
+        Code::Unavailable => (503, "Service Unavailable", "about:blank"),
+        _ => (
+            429,
+            "Too Many Requests",
+            "https://iana.org/assignments/http-problem-types#quota-exceeded",
+        ),
+    };
+    let retry = ceil_secs(d.retry_after_ms * 1000).max(1);
+    serde_json::json!({
+        "type": kind,
+        "title": title,
+        "status": status,
+        "detail": format!("retry in {retry} s"),
+        "violated-policies": violated,
+    })
+    .to_string()
+}
+
+/// Seconds for a `Retry-After` of `ms` milliseconds.
+pub fn retry_after_secs(ms: u64) -> u64 {
+    ceil_secs(ms * 1000).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::State;
+    use crate::batch::{Write, apply};
+    use crate::rules::parse_yaml;
+    use crate::time::SECOND;
+
+    const RULES: &str = r#"
+domain: api
+rules:
+  - { id: burst, key: [api_key], algorithm: token_bucket, rate_per_s: 1, burst: 20 }
+  - { id: daily, key: [api_key], algorithm: fixed_window, limit: 1000, window: 1d }
+  - { id: otp, key: [user], algorithm: sliding_log, limit: 1, window: 1m, headers: retry_only }
+  - { id: shadowed, key: [api_key], algorithm: fixed_window, limit: 2, window: 1m, mode: shadow }
+  - { id: strict, key: [tenant], algorithm: fixed_window, limit: 5, window: 1m, on_store_failure: closed }
+"#;
+
+    fn desc(pairs: &[(&str, &str)]) -> Descriptors {
+        Descriptors::new(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+        .expect("valid")
+    }
+
+    /// Runs a plan against in-process states, as a store would.
+    fn run(plan: &Plan<'_>, states: &mut std::collections::HashMap<String, State>) -> Vec<Answer> {
+        plan.calls
+            .iter()
+            .map(|pc| {
+                let cur: Vec<Option<State>> = pc
+                    .call
+                    .items
+                    .iter()
+                    .map(|i| states.get(&i.key).cloned())
+                    .collect();
+                let (r, w) = apply(&pc.call, &cur);
+                for (i, w) in pc.call.items.iter().zip(w) {
+                    if let Write::Put(s, _) = w {
+                        states.insert(i.key.clone(), s);
+                    }
+                }
+                Answer::Done(r)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn twenty_of_twenty_five_then_retry_after_one() {
+        let set = parse_yaml(RULES).expect("valid");
+        let dom = set.domain("api").expect("domain");
+        let mut states = Default::default();
+        let d = desc(&[("api_key", "k1")]);
+        let mut allowed = 0;
+        let mut last = None;
+        for _ in 0..25 {
+            let p = plan(dom, &d, 1_000 * SECOND, 1, "r", |_| Remote::default());
+            assert_eq!(p.calls.len(), 1, "one call per identity");
+            let dec = p.decide(7, &run(&p, &mut states));
+            if dec.allowed() {
+                allowed += 1;
+            }
+            last = Some(dec);
+        }
+        assert_eq!(allowed, 20);
+        let dec = last.expect("ran");
+        assert_eq!(dec.code, Code::OverLimit);
+        assert_eq!(dec.decided_by.as_deref(), Some("burst"));
+        assert!(dec.retry_after_ms <= 1000 && dec.retry_after_ms > 0);
+        assert_eq!(dec.shadow_denied.len(), 1);
+        let h = headers(&dec);
+        assert!(h.contains(&("Retry-After", "1".to_string())), "{h:?}");
+        let policy = &h
+            .iter()
+            .find(|(k, _)| *k == "RateLimit-Policy")
+            .expect("policy")
+            .1;
+        assert_eq!(policy, "\"burst\";q=20;w=20, \"daily\";q=1000;w=86400");
+        assert!(h.contains(&("X-RateLimit-Remaining", "0".to_string())));
+        // The daily quota counted only the admitted 20.
+        assert_eq!(dec.policies[1].remaining, 980);
+        let body = problem_json(&dec);
+        assert!(body.contains("\"violated-policies\":[\"burst\"]"), "{body}");
+    }
+
+    #[test]
+    fn retry_only_rules_reveal_only_retry_after() {
+        let set = parse_yaml(RULES).expect("valid");
+        let dom = set.domain("api").expect("domain");
+        let mut states = Default::default();
+        let d = desc(&[("user", "u")]);
+        let p = plan(dom, &d, 0, 1, "r", |_| Remote::default());
+        assert!(p.decide(1, &run(&p, &mut states)).allowed());
+        let p = plan(dom, &d, 0, 1, "r", |_| Remote::default());
+        let dec = p.decide(1, &run(&p, &mut states));
+        assert!(!dec.allowed());
+        let h = headers(&dec);
+        assert_eq!(h, vec![("Retry-After", "60".to_string())]);
+        assert!(problem_json(&dec).contains("\"violated-policies\":[]"));
+    }
+
+    #[test]
+    fn failure_modes() {
+        let set = parse_yaml(RULES).expect("valid");
+        let dom = set.domain("api").expect("domain");
+        let d = desc(&[("api_key", "k"), ("tenant", "t")]);
+        let p = plan(dom, &d, 0, 1, "r", |_| Remote::default());
+        assert_eq!(p.calls.len(), 2);
+        // The api_key call: local rules (default) answered by a fallback.
+        let fb = p.fallback(0, 500).expect("local rules");
+        assert_eq!(
+            fb.items[0].params,
+            Params::TokenBucket {
+                rate_per_s: 1,
+                burst: 10
+            }
+        );
+        let (local, _) = apply(&fb, &vec![None; fb.items.len()]);
+        let dec = p.decide(
+            1,
+            &[
+                Answer::Failed { local: Some(local) },
+                Answer::Failed { local: None },
+            ],
+        );
+        assert_eq!(dec.code, Code::Unavailable);
+        assert_eq!(dec.decided_by.as_deref(), Some("strict"));
+        assert_eq!(headers(&dec)[0], ("Retry-After", "1".to_string()));
+        assert!(dec.policies.iter().any(|p| p.via == Via::Local));
+    }
+}

@@ -1,0 +1,27 @@
+//! The sans-IO heart of Sluice.
+//!
+//! Everything that decides lives here and nothing here performs I/O, reads a clock or draws
+//! a random number: `now` is always an argument. The daemon drives this code with the wall
+//! clock and real stores; the simulator drives the very same code with a virtual clock, which
+//! is what makes the simulator's numbers worth anything.
+//!
+//! # Layout
+//!
+//! - [`time`]: microsecond time and durations of the rule format.
+//! - [`algo`]: the six algorithms as `evaluate` / `take` pairs over explicit state.
+//! - [`batch`]: one identity's rules checked together, taken together (the store contract).
+//! - [`rules`]: the rule format, validation, and the in-memory rule set.
+//! - [`matching`]: descriptors to the rules that apply, with overrides and rollout.
+//! - [`decision`]: outcomes to a decision; HTTP headers and the 429 body.
+//! - [`hash`]: the stable hash behind rollout and key splitting.
+
+pub mod algo;
+pub mod batch;
+pub mod decision;
+pub mod hash;
+pub mod matching;
+pub mod rules;
+pub mod time;
+
+pub use algo::{Outcome, Params, Remote, Request, State};
+pub use time::Micros;

@@ -1,0 +1,403 @@
+//! From a request's descriptors to the rules that apply, with their effective numbers and
+//! the identity they count against. No I/O: this runs on every request from the in-memory
+//! snapshot, so it is indexed rather than a scan over every rule.
+
+use crate::algo::Params;
+use crate::hash::rollout_bucket;
+use crate::rules::{Domain, Mode, Override, Rule};
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+/// Most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 32;
+/// Longest descriptor name.
+pub const MAX_NAME_LEN: usize = 64;
+/// Longest descriptor value.
+pub const MAX_VALUE_LEN: usize = 256;
+
+/// Why a request's descriptors were refused (HTTP 400 / `INVALID_ARGUMENT`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// Over [`MAX_DESCRIPTORS`].
+    #[error("too many descriptors: {0} (at most {MAX_DESCRIPTORS})")]
+    TooMany(usize),
+    /// Empty or over [`MAX_NAME_LEN`].
+    #[error("descriptor name {0:?} must be 1 to {MAX_NAME_LEN} bytes")]
+    BadName(String),
+    /// Over [`MAX_VALUE_LEN`].
+    #[error("descriptor {0:?} has a value longer than {MAX_VALUE_LEN} bytes")]
+    TooLong(String),
+    /// The same name twice.
+    #[error("descriptor {0:?} appears twice")]
+    Duplicate(String),
+}
+
+/// A request's descriptors: bounded, unique names, looked up by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Descriptors {
+    entries: Vec<(String, String)>,
+}
+
+impl Descriptors {
+    /// Validates and stores the pairs.
+    pub fn new(pairs: Vec<(String, String)>) -> Result<Descriptors, InputError> {
+        if pairs.len() > MAX_DESCRIPTORS {
+            return Err(InputError::TooMany(pairs.len()));
+        }
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            if k.is_empty() || k.len() > MAX_NAME_LEN {
+                return Err(InputError::BadName(k.chars().take(80).collect()));
+            }
+            if v.len() > MAX_VALUE_LEN {
+                return Err(InputError::TooLong(k.clone()));
+            }
+            if pairs[..i].iter().any(|(k2, _)| k2 == k) {
+                return Err(InputError::Duplicate(k.clone()));
+            }
+        }
+        Ok(Descriptors { entries: pairs })
+    }
+
+    /// The value of a descriptor.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// All pairs, in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+type ValueIndex = HashMap<String, HashMap<String, Vec<u32>>>;
+
+/// Rules and overrides indexed by their rarest exact `(field, value)`.
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    rules: ValueIndex,
+    unanchored: Vec<u32>,
+    overrides: ValueIndex,
+}
+
+impl Index {
+    pub(crate) fn build(rules: &[Rule], overrides: &[Override]) -> Index {
+        let mut freq: HashMap<(&str, &str), usize> = HashMap::new();
+        for r in rules {
+            for (k, v) in &r.matchers {
+                if let Some(v) = v {
+                    *freq.entry((k, v)).or_default() += 1;
+                }
+            }
+        }
+        let mut idx = Index::default();
+        for (i, r) in rules.iter().enumerate() {
+            let anchor = r
+                .matchers
+                .iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v.as_str())))
+                .min_by_key(|kv| freq.get(kv).copied().unwrap_or(0));
+            match anchor {
+                Some((k, v)) => idx
+                    .rules
+                    .entry(k.to_string())
+                    .or_default()
+                    .entry(v.to_string())
+                    .or_default()
+                    .push(i as u32),
+                None => idx.unanchored.push(i as u32),
+            }
+        }
+        for (i, o) in overrides.iter().enumerate() {
+            if let Some((k, v)) = o.identity.iter().next() {
+                idx.overrides
+                    .entry(k.clone())
+                    .or_default()
+                    .entry(v.clone())
+                    .or_default()
+                    .push(i as u32);
+            }
+        }
+        idx
+    }
+}
+
+/// A rule that applies to a request, with what it counts against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Applied<'a> {
+    /// The rule.
+    pub rule: &'a Rule,
+    /// Its numbers after overrides.
+    pub params: Cow<'a, Params>,
+    /// Domain and key values: the Redis Cluster hash tag, so one script sees every key.
+    pub identity: String,
+    /// The store key.
+    pub key: String,
+}
+
+/// Escapes what would end a hash tag or blur the identity's structure.
+fn push_escaped(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            '|' => out.push_str("%7C"),
+            '=' => out.push_str("%3D"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The identity string of a rule's key fields (`None` when a key field is missing).
+pub fn identity(domain: &str, key: &[String], d: &Descriptors) -> Option<String> {
+    let mut out = String::with_capacity(domain.len() + 32);
+    push_escaped(&mut out, domain);
+    for field in key {
+        let v = d.get(field)?;
+        out.push('|');
+        out.push_str(field);
+        out.push('=');
+        push_escaped(&mut out, v);
+    }
+    Some(out)
+}
+
+/// `sl:{identity}:rule`: every key of one identity hashes to one Redis Cluster slot.
+pub fn store_key(identity: &str, rule_id: &str) -> String {
+    let mut k = String::with_capacity(identity.len() + rule_id.len() + 6);
+    k.push_str("sl:{");
+    k.push_str(identity);
+    k.push_str("}:");
+    k.push_str(rule_id);
+    k
+}
+
+fn matches(rule: &Rule, d: &Descriptors) -> bool {
+    rule.matchers
+        .iter()
+        .all(|(k, want)| match (d.get(k), want) {
+            (Some(v), Some(w)) => v == w,
+            (Some(_), None) => true,
+            (None, _) => false,
+        })
+}
+
+/// Every rule that applies to `d`, in file order.
+///
+/// A rule applies when all its matchers hold, its mode is not `off`, every key field is
+/// present, the identity falls inside its rollout, and no override exempts it. Within a
+/// group only the most specific matching rule is kept (ties go to the rule listed first),
+/// before rollout and exemptions are considered.
+pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
+    let idx = &domain.index;
+    let mut cand: Vec<u32> = idx.unanchored.clone();
+    for (k, v) in d.iter() {
+        if let Some(ids) = idx.rules.get(k).and_then(|m| m.get(v)) {
+            cand.extend_from_slice(ids);
+        }
+    }
+    cand.sort_unstable();
+    cand.dedup();
+    let mut hits: Vec<&Rule> = cand
+        .iter()
+        .map(|&i| &domain.rules[i as usize])
+        .filter(|r| matches(r, d))
+        .collect();
+    // Groups: keep the most specific; `hits` is in file order so the first wins ties.
+    let mut best: Vec<(&str, usize, &Rule)> = Vec::new();
+    for r in &hits {
+        if let Some(g) = &r.group {
+            match best.iter_mut().find(|(bg, _, _)| *bg == g.as_str()) {
+                Some(slot) if r.specificity() > slot.1 => *slot = (g, r.specificity(), r),
+                Some(_) => {}
+                None => best.push((g, r.specificity(), r)),
+            }
+        }
+    }
+    hits.retain(|r| match &r.group {
+        None => true,
+        Some(g) => best
+            .iter()
+            .any(|(bg, _, br)| bg == g && std::ptr::eq(*br, *r)),
+    });
+
+    let ovs: Vec<&Override> = {
+        let mut ids: Vec<u32> = Vec::new();
+        for (k, v) in d.iter() {
+            if let Some(o) = idx.overrides.get(k).and_then(|m| m.get(v)) {
+                ids.extend_from_slice(o);
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids.iter()
+            .map(|&i| &domain.overrides[i as usize])
+            .filter(|o| o.identity.iter().all(|(k, v)| d.get(k) == Some(v.as_str())))
+            .collect()
+    };
+    if ovs.iter().any(|o| o.exempt && o.rule.is_none()) {
+        return Vec::new();
+    }
+
+    let mut out = Vec::with_capacity(hits.len());
+    for r in hits {
+        if r.mode == Mode::Off {
+            continue;
+        }
+        let Some(identity) = identity(&domain.name, &r.key, d) else {
+            continue;
+        };
+        if r.rollout_pct < 100 && rollout_bucket(&r.id, &identity) >= r.rollout_pct {
+            continue;
+        }
+        let ov = ovs.iter().find(|o| o.rule.as_deref() == Some(&*r.id));
+        let params = match ov {
+            Some(o) if o.exempt => continue,
+            Some(o) => Cow::Owned(o.apply(&r.params)),
+            None => Cow::Borrowed(&r.params),
+        };
+        let key = store_key(&identity, &r.id);
+        out.push(Applied {
+            rule: r,
+            params,
+            identity,
+            key,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::parse_yaml;
+
+    fn desc(pairs: &[(&str, &str)]) -> Descriptors {
+        Descriptors::new(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+        .expect("valid descriptors")
+    }
+
+    fn ids(a: &[Applied<'_>]) -> Vec<String> {
+        a.iter().map(|x| x.rule.id.to_string()).collect()
+    }
+
+    const RULES: &str = r#"
+domain: public-api
+rules:
+  - { id: pay-burst, match: { route: "POST /v1/payments", tier: growth }, key: [api_key], algorithm: token_bucket, rate_per_s: 20, burst: 40 }
+  - { id: default-per-minute, group: per-minute, match: { tier: "*", route: "*" }, key: [api_key], algorithm: sliding_window, limit: 600, window: 1m }
+  - { id: growth-per-minute, group: per-minute, match: { tier: growth, route: "*" }, key: [api_key], algorithm: sliding_window, limit: 6000, window: 1m }
+  - { id: growth-per-minute-2, group: per-minute, match: { tier: growth, route: "*" }, key: [api_key], algorithm: sliding_window, limit: 1, window: 1m }
+  - { id: per-ip, key: [ip], algorithm: fixed_window, limit: 100, window: 1s }
+  - { id: dark, key: [api_key], algorithm: fixed_window, limit: 1, window: 1s, rollout_pct: 50 }
+  - { id: off, key: [api_key], algorithm: fixed_window, limit: 1, window: 1s, mode: off }
+overrides:
+  - { identity: { api_key: k_bigcorp }, rule: pay-burst, rate_per_s: 200, burst: 400 }
+  - { identity: { api_key: k_monitor }, exempt: true }
+  - { identity: { api_key: k_noip }, rule: per-ip, exempt: true }
+"#;
+
+    #[test]
+    fn groups_overrides_and_missing_keys() {
+        let set = parse_yaml(RULES).expect("valid");
+        let d = set.domain("public-api").expect("domain");
+        let base = [
+            ("route", "POST /v1/payments"),
+            ("tier", "growth"),
+            ("api_key", "k_1"),
+            ("ip", "1.2.3.4"),
+        ];
+        let got = ids(&applicable(d, &desc(&base)));
+        assert!(
+            got.starts_with(&[
+                "pay-burst".into(),
+                "growth-per-minute".into(),
+                "per-ip".into()
+            ]),
+            "{got:?}"
+        );
+        assert!(!got.contains(&"off".to_string()));
+        // Free tier: the default of the group, not pay-burst.
+        let free = ids(&applicable(
+            d,
+            &desc(&[("route", "GET /x"), ("tier", "free"), ("api_key", "k_1")]),
+        ));
+        assert_eq!(free[0], "default-per-minute");
+        assert!(
+            !free.contains(&"per-ip".to_string()),
+            "no ip descriptor, no per-ip rule"
+        );
+        // Overrides.
+        let big = applicable(
+            d,
+            &desc(&[
+                ("route", "POST /v1/payments"),
+                ("tier", "growth"),
+                ("api_key", "k_bigcorp"),
+            ]),
+        );
+        assert_eq!(
+            *big[0].params,
+            Params::TokenBucket {
+                rate_per_s: 200,
+                burst: 400
+            }
+        );
+        assert!(
+            applicable(
+                d,
+                &desc(&[("tier", "growth"), ("route", "x"), ("api_key", "k_monitor")])
+            )
+            .is_empty()
+        );
+        let noip = ids(&applicable(
+            d,
+            &desc(&[("api_key", "k_noip"), ("ip", "1.1.1.1")]),
+        ));
+        assert!(!noip.contains(&"per-ip".to_string()));
+        // Keys share the identity as hash tag.
+        let a = applicable(d, &desc(&base));
+        assert_eq!(a[0].key, "sl:{public-api|api_key=k_1}:pay-burst");
+    }
+
+    #[test]
+    fn rollout_is_stable_and_about_half() {
+        let set = parse_yaml(RULES).expect("valid");
+        let d = set.domain("public-api").expect("domain");
+        let n = (0..1000)
+            .filter(|i| {
+                let k = format!("k{i}");
+                ids(&applicable(d, &desc(&[("api_key", &k)]))).contains(&"dark".to_string())
+            })
+            .count();
+        assert!((400..600).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn bad_descriptors_are_refused() {
+        let many: Vec<(String, String)> = (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert_eq!(Descriptors::new(many), Err(InputError::TooMany(40)));
+        assert!(Descriptors::new(vec![("".into(), "v".into())]).is_err());
+        assert!(Descriptors::new(vec![("a".into(), "x".repeat(300))]).is_err());
+        assert!(
+            Descriptors::new(vec![("a".into(), "1".into()), ("a".into(), "2".into())]).is_err()
+        );
+    }
+
+    #[test]
+    fn identity_escapes_hash_tag_characters() {
+        let d = desc(&[("u", "a}b|c=d%")]);
+        assert_eq!(
+            identity("x", &["u".into()], &d).as_deref(),
+            Some("x|u=a%7Db%7Cc%3Dd%25")
+        );
+    }
+}

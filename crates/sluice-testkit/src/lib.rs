@@ -1,0 +1,48 @@
+//! Real external servers for Sluice's integration and end-to-end tests.
+//!
+//! Sluice's promises (atomic multi-bucket checks in Redis, Cluster hash tags, surviving a cut
+//! PostgreSQL `LISTEN` link, graceful shutdown of `sluiced`) can only be checked against the
+//! real thing, so this crate starts and controls real processes on free loopback ports instead
+//! of mocking them. It is a dev-dependency only and uses nothing but `std` and `anyhow`, so it
+//! can be called from sync tests and from async tests alike (the calls block briefly).
+//!
+//! Tests never skip: when a tool is missing (`redis-server`, `redis-cli`, `psql`) or the shared
+//! PostgreSQL is down, the call returns an error saying how to install or start it, and the test
+//! fails loudly.
+//!
+//! # Layout
+//!
+//! - [`ports`]: [`free_port`] / [`free_ports`], distinct free loopback ports.
+//! - [`resp`]: a tiny blocking RESP2 client ([`RespConn`], [`Reply`]) for test assertions.
+//! - [`redis`]: [`RedisServer`], one throwaway `redis-server` (pause, resume, kill, restart).
+//! - [`cluster`]: [`RedisCluster`] (N primaries × r replicas, live slot migration) and the
+//!   pure [`key_slot`] function.
+//! - [`proxy`]: [`TcpProxy`], a loopback forwarder whose links can be cut and restored.
+//! - [`postgres`]: [`Postgres`], a throwaway database on the machine's shared server.
+//! - [`daemon`]: [`Daemon`], a spawned project binary with captured logs, and [`cargo_bin`].
+//! - [`http`]: [`http_request`], a minimal HTTP/1.1 client for the daemons' JSON APIs.
+//!
+//! Everything started here is torn down on `Drop` (processes killed, temp dirs removed,
+//! databases dropped), and nothing here ever stops the machine's shared Redis (6379) or
+//! PostgreSQL (5432).
+
+pub mod cluster;
+pub mod daemon;
+pub mod http;
+pub mod ports;
+pub mod postgres;
+pub mod proxy;
+pub mod redis;
+pub mod resp;
+
+mod process;
+mod tempdir;
+
+pub use cluster::{ClusterOptions, RedisCluster, key_slot, key_slot_bytes};
+pub use daemon::{Daemon, cargo_bin};
+pub use http::{HttpResponse, http_get, http_request};
+pub use ports::{free_port, free_ports};
+pub use postgres::Postgres;
+pub use proxy::TcpProxy;
+pub use redis::RedisServer;
+pub use resp::{Reply, RespConn};
