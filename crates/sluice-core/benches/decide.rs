@@ -1,4 +1,5 @@
 //! Core cost per decision: match + plan + the batch arithmetic + decide, over 1,000 rules.
+#![allow(missing_docs)] // criterion_group! generates undocumented items
 //! Target: under 500 ns on one core (`cargo bench -p sluice-core --bench decide`).
 
 use criterion::{Criterion, criterion_group, criterion_main};
