@@ -1,1 +1,94 @@
-//! stub
+//! Counter stores: where the state of every (rule, identity) lives.
+//!
+//! A store answers one [`Call`] (every rule of one identity) atomically: it runs the core's
+//! [`sluice_core::batch::apply`] over the current states and writes the result back, under a
+//! shard lock in memory or inside one Lua script in Redis. Stores never decide anything of
+//! their own; the arithmetic is the core's.
+//!
+//! # Layout
+//!
+//! - [`Store`]: the async seam the daemon calls, object-safe so the store is chosen at start.
+//! - [`memory`]: the sharded in-memory store (the embedded default, local buckets, the sim).
+//! - `redis` (feature `redis`): standalone and Cluster stores running `lua/`.
+//! - [`StoreError`]: failures, classified retryable or permanent.
+
+pub mod memory;
+
+pub use memory::MemoryStore;
+
+use sluice_core::Micros;
+use sluice_core::batch::{Call, CallResult};
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed future, so [`Store`] can be used as `dyn Store`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a store call failed. Being over a limit is not an error: it is an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The call did not answer within its deadline.
+    #[error("store call timed out after {0} ms")]
+    Timeout(u64),
+    /// The store could not be reached (connection refused, reset, breaker open).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A key holds something that is not this algorithm's state.
+    #[error("corrupt state at {key}: {detail}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The store answered with an error (script error, wrong type, OOM).
+    #[error("store error: {0}")]
+    Server(String),
+    /// The store is at its key bound and may not take a new key.
+    #[error("store full: {0}")]
+    Full(String),
+}
+
+impl StoreError {
+    /// Whether trying again later may succeed (a timeout, an outage) as opposed to a
+    /// permanent problem with the data or the request.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Timeout(_) | StoreError::Unavailable(_) | StoreError::Full(_)
+        )
+    }
+
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Corrupt { .. } => "corrupt",
+            StoreError::Server(_) => "server",
+            StoreError::Full(_) => "full",
+        }
+    }
+}
+
+/// The async seam between the daemon and a counter store.
+pub trait Store: Send + Sync + 'static {
+    /// Checks every item of the call and takes from all when every enforced item allows.
+    fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>>;
+
+    /// Frees a concurrency slot; `Ok(true)` when the id held one.
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        request_id: &'a str,
+        now: Micros,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// The shard (Redis node) a key lives on, for per-shard circuit breakers.
+    fn shard_of(&self, _key: &str) -> usize {
+        0
+    }
+
+    /// A short name for logs and metrics (`memory`, `redis`, `redis_cluster`).
+    fn kind(&self) -> &'static str;
+}

@@ -1,0 +1,347 @@
+//! The in-memory store: the embedded default, the per-daemon `local` buckets used when Redis
+//! fails, and the simulator's store.
+//!
+//! Sharded by the key's hash tag, so all keys of one identity share a shard (one lock per
+//! call) and distinct identities rarely contend. Entries expire when their state carries no
+//! more information; expired entries are skipped on read and swept by [`MemoryStore::sweep`].
+//! The number of keys is bounded: at the bound a new key evicts the soonest-expiring of a
+//! sample of keys in its shard (the least informative state), counted in
+//! [`MemoryStore::evictions`].
+
+use crate::{BoxFuture, Store, StoreError};
+use sluice_core::batch::{Call, CallResult, Write, apply};
+use sluice_core::hash::stable_hash;
+use sluice_core::{Micros, State, algo};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SHARDS: usize = 64;
+const EVICTION_SAMPLE: usize = 32;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    state: State,
+    expires: Micros,
+}
+
+/// Sharded map from key to state with expiry and a key bound.
+#[derive(Debug)]
+pub struct MemoryStore {
+    shards: Vec<Mutex<HashMap<String, Entry>>>,
+    per_shard_cap: usize,
+    evictions: AtomicU64,
+}
+
+/// The hash tag of a key (`sl:{tag}:rule` → `tag`), or the whole key.
+fn tag(key: &str) -> &str {
+    match (key.find('{'), key.find('}')) {
+        (Some(a), Some(b)) if b > a + 1 => &key[a + 1..b],
+        _ => key,
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new(1_000_000)
+    }
+}
+
+impl MemoryStore {
+    /// A store holding at most about `max_keys` keys.
+    pub fn new(max_keys: usize) -> MemoryStore {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_shard_cap: max_keys.div_ceil(SHARDS).max(1),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<HashMap<String, Entry>> {
+        &self.shards[(stable_hash(&[tag(key)]) % SHARDS as u64) as usize]
+    }
+
+    fn lock<'a>(
+        m: &'a Mutex<HashMap<String, Entry>>,
+    ) -> std::sync::MutexGuard<'a, HashMap<String, Entry>> {
+        // A panic while holding the lock leaves whole entries only (we never write partially),
+        // so the map stays usable.
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The synchronous call: the daemon's local buckets and the simulator use it directly.
+    ///
+    /// Every key of a call must share one hash tag (one identity): the call runs under that
+    /// shard's lock, which is what makes it atomic.
+    pub fn check_sync(&self, call: &Call) -> Result<CallResult, StoreError> {
+        let Some(first) = call.items.first() else {
+            return Ok(CallResult {
+                allowed: true,
+                outcomes: Vec::new(),
+            });
+        };
+        let shard = self.shard(&first.key);
+        if call
+            .items
+            .iter()
+            .any(|i| !std::ptr::eq(self.shard(&i.key), shard))
+        {
+            return Err(StoreError::Server(
+                "keys of one call must share a hash tag".into(),
+            ));
+        }
+        let mut map = Self::lock(shard);
+        let now = call.now;
+        let mut states = Vec::with_capacity(call.items.len());
+        for item in &call.items {
+            let st = match map.get(&item.key) {
+                Some(e) if e.expires > now => {
+                    if e.state.kind() != item.params.kind() {
+                        return Err(StoreError::Corrupt {
+                            key: item.key.clone(),
+                            detail: format!(
+                                "holds {} state, rule is {}",
+                                e.state.kind().name(),
+                                item.params.kind().name()
+                            ),
+                        });
+                    }
+                    Some(e.state.clone())
+                }
+                _ => None,
+            };
+            states.push(st);
+        }
+        let (result, writes) = apply(call, &states);
+        for (item, w) in call.items.iter().zip(writes) {
+            if let Write::Put(state, ttl) = w {
+                if ttl == 0 {
+                    map.remove(&item.key);
+                } else {
+                    self.insert(
+                        &mut map,
+                        &item.key,
+                        Entry {
+                            state,
+                            expires: now + ttl,
+                        },
+                        now,
+                    );
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    fn insert(&self, map: &mut HashMap<String, Entry>, key: &str, e: Entry, now: Micros) {
+        if let Some(slot) = map.get_mut(key) {
+            *slot = e;
+            return;
+        }
+        if map.len() >= self.per_shard_cap {
+            map.retain(|_, v| v.expires > now);
+        }
+        if map.len() >= self.per_shard_cap {
+            let victim = map
+                .iter()
+                .take(EVICTION_SAMPLE)
+                .min_by_key(|(_, v)| v.expires)
+                .map(|(k, _)| k.clone());
+            if let Some(v) = victim {
+                map.remove(&v);
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        map.insert(key.to_string(), e);
+    }
+
+    /// Frees a concurrency slot.
+    pub fn release_sync(&self, key: &str, request_id: &str, now: Micros) -> bool {
+        let mut map = Self::lock(self.shard(key));
+        let Some(e) = map.get(key).filter(|e| e.expires > now) else {
+            return false;
+        };
+        let (next, freed) = algo::release(Some(&e.state), request_id, now);
+        match next {
+            Some(state) => {
+                let expires = e.expires;
+                map.insert(key.to_string(), Entry { state, expires });
+            }
+            None => {
+                map.remove(key);
+            }
+        }
+        freed
+    }
+
+    /// Drops expired entries; returns how many. The daemon calls it on a timer.
+    pub fn sweep(&self, now: Micros) -> usize {
+        let mut n = 0;
+        for s in &self.shards {
+            let mut m = Self::lock(s);
+            let before = m.len();
+            m.retain(|_, v| v.expires > now);
+            n += before - m.len();
+        }
+        n
+    }
+
+    /// Drops everything (local buckets after Redis recovers).
+    pub fn clear(&self) {
+        for s in &self.shards {
+            Self::lock(s).clear();
+        }
+    }
+
+    /// Keys held, expired ones included until swept.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| Self::lock(s).len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys evicted at the bound so far.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
+    /// The live state of a key (tests, snapshots).
+    pub fn get(&self, key: &str, now: Micros) -> Option<State> {
+        Self::lock(self.shard(key))
+            .get(key)
+            .filter(|e| e.expires > now)
+            .map(|e| e.state.clone())
+    }
+}
+
+impl Store for MemoryStore {
+    fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>> {
+        Box::pin(std::future::ready(self.check_sync(call)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        request_id: &'a str,
+        now: Micros,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(
+            self.release_sync(key, request_id, now)
+        )))
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::algo::Window;
+    use sluice_core::batch::Item;
+    use sluice_core::{Params, Remote};
+
+    fn call(key: &str, now: Micros, params: Params) -> Call {
+        Call {
+            now,
+            cost: 1,
+            request_id: "r".into(),
+            items: vec![Item {
+                key: key.into(),
+                params,
+                enforce: true,
+                charge_rejected: false,
+                remote: Remote::default(),
+            }],
+        }
+    }
+
+    #[test]
+    fn entries_expire_and_the_bound_evicts() {
+        let s = MemoryStore::new(SHARDS); // one key per shard
+        let p = Params::FixedWindow {
+            limit: 1,
+            window: Window::Epoch(1_000),
+        };
+        assert!(
+            s.check_sync(&call("sl:{a}:r", 0, p.clone()))
+                .expect("ok")
+                .allowed
+        );
+        assert!(
+            !s.check_sync(&call("sl:{a}:r", 10, p.clone()))
+                .expect("ok")
+                .allowed
+        );
+        assert!(
+            s.check_sync(&call("sl:{a}:r", 1_000, p.clone()))
+                .expect("ok")
+                .allowed
+        );
+        assert_eq!(s.sweep(5_000), 1);
+        for i in 0..500 {
+            s.check_sync(&call(&format!("sl:{{k{i}}}:r"), 0, p.clone()))
+                .expect("ok");
+        }
+        assert!(s.len() <= SHARDS);
+        assert!(s.evictions() > 0);
+    }
+
+    #[test]
+    fn a_key_of_another_algorithm_is_corrupt_not_a_panic() {
+        let s = MemoryStore::default();
+        s.check_sync(&call(
+            "sl:{a}:r",
+            0,
+            Params::Gcra {
+                rate_per_s: 1,
+                burst: 1,
+            },
+        ))
+        .expect("ok");
+        let err = s
+            .check_sync(&call(
+                "sl:{a}:r",
+                0,
+                Params::SlidingLog {
+                    limit: 1,
+                    window: 1_000,
+                },
+            ))
+            .expect_err("corrupt");
+        assert!(!err.retryable());
+    }
+
+    #[test]
+    fn concurrent_checks_admit_exactly_the_limit() {
+        let s = std::sync::Arc::new(MemoryStore::default());
+        let p = Params::FixedWindow {
+            limit: 1000,
+            window: Window::Epoch(3_600_000_000),
+        };
+        let admitted = std::sync::Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (s, p, a) = (s.clone(), p.clone(), admitted.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..500 {
+                        if s.check_sync(&call("sl:{hot}:r", 1, p.clone()))
+                            .expect("ok")
+                            .allowed
+                        {
+                            a.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), 1000);
+    }
+}
