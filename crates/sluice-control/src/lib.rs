@@ -1,1 +1,58 @@
-//! stub
+//! Where a daemon's rules come from and how a new set goes live.
+//!
+//! A rule set is published with one atomic pointer swap ([`Published`]): a request sees the old
+//! set or the new one, never half of each. Sources (the YAML file, PostgreSQL) validate a
+//! change as a whole before publishing it; an invalid change is refused with its problems
+//! logged and the last good set keeps serving.
+//!
+//! # Layout
+//!
+//! - [`Published`]: the live rule set and its change notifications.
+//! - [`file`]: the embedded default: a YAML file, reloaded when it changes.
+
+pub mod file;
+
+use arc_swap::ArcSwap;
+use sluice_core::rules::RuleSet;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The live rule set: read on every request without a lock, replaced whole.
+#[derive(Debug)]
+pub struct Published {
+    current: ArcSwap<RuleSet>,
+    changed: watch::Sender<u64>,
+}
+
+impl Published {
+    /// Publishes an initial set.
+    pub fn new(initial: RuleSet) -> Arc<Published> {
+        let (changed, _) = watch::channel(initial.version);
+        Arc::new(Published {
+            current: ArcSwap::from_pointee(initial),
+            changed,
+        })
+    }
+
+    /// The current set (a cheap, lock-free load).
+    pub fn load(&self) -> Arc<RuleSet> {
+        self.current.load_full()
+    }
+
+    /// Swaps in a new set atomically and wakes watchers.
+    pub fn publish(&self, set: RuleSet) {
+        let v = set.version;
+        self.current.store(Arc::new(set));
+        self.changed.send_replace(v);
+    }
+
+    /// The version currently served.
+    pub fn version(&self) -> u64 {
+        self.current.load().version
+    }
+
+    /// Notified with the version on every publish.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
