@@ -1,2 +1,85 @@
-//! stub
-fn main() {}
+//! `sluiced`: parse flags and config, set up tracing, bind, run until SIGTERM/SIGINT.
+
+use clap::Parser;
+use sluiced::config::Config;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The Sluice decision daemon.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// YAML config file; flags override its fields.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// HTTP listen address (default 127.0.0.1:8080).
+    #[arg(long)]
+    http_addr: Option<SocketAddr>,
+    /// gRPC listen address (default 127.0.0.1:8081).
+    #[arg(long)]
+    grpc_addr: Option<SocketAddr>,
+    /// Rules file (default deploy/rules.yaml).
+    #[arg(long)]
+    rules: Option<PathBuf>,
+    /// Region name.
+    #[arg(long)]
+    region: Option<String>,
+    /// Daemon id (default region-pid).
+    #[arg(long)]
+    daemon_id: Option<String>,
+}
+
+fn config(args: &Args) -> anyhow::Result<Config> {
+    let mut cfg = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+            Config::from_yaml(&text)
+                .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?
+        }
+        None => Config::default(),
+    };
+    if let Some(a) = args.http_addr {
+        cfg.http_addr = a;
+    }
+    if let Some(a) = args.grpc_addr {
+        cfg.grpc_addr = a;
+    }
+    if let Some(r) = &args.rules {
+        cfg.rules = r.clone();
+    }
+    if let Some(r) = &args.region {
+        cfg.region = r.clone();
+    }
+    if let Some(d) = &args.daemon_id {
+        cfg.daemon_id = Some(d.clone());
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let cfg = config(&args)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let listeners = sluiced::Listeners::bind(&cfg).await?;
+    sluiced::run(cfg, listeners, shutdown_signal()).await
+}

@@ -1,0 +1,123 @@
+//! Daemon configuration: a YAML file (`--config`) with flags for the common fields on top.
+//! Unknown fields are refused so a typo is an error at start, not a silently ignored setting.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Which counter store to use.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// In-process counters: the embedded default (one daemon, or tests).
+    Memory {
+        /// Key bound.
+        #[serde(default = "default_max_keys")]
+        max_keys: usize,
+    },
+}
+
+fn default_max_keys() -> usize {
+    1_000_000
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::Memory {
+            max_keys: default_max_keys(),
+        }
+    }
+}
+
+/// Everything `sluiced` needs to start.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// HTTP JSON API, `/healthz`, `/metrics`.
+    pub http_addr: SocketAddr,
+    /// gRPC (`sluice.v1.Limiter`).
+    pub grpc_addr: SocketAddr,
+    /// This daemon's region.
+    pub region: String,
+    /// Unique id of this daemon (defaults to region + pid).
+    pub daemon_id: Option<String>,
+    /// YAML rules file (the embedded default source).
+    pub rules: PathBuf,
+    /// How often the rules file is checked for changes.
+    pub rules_poll_ms: u64,
+    /// Counter store.
+    pub store: StoreConfig,
+    /// Deadline of one store call, ms.
+    pub store_timeout_ms: u64,
+    /// Local fallback buckets hold this fraction of a rule's numbers (see docs/failure.md).
+    pub local_factor: f64,
+    /// Log filter (`info`, `sluiced=debug`, …); `RUST_LOG` wins.
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            region: "local".into(),
+            daemon_id: None,
+            rules: PathBuf::from("deploy/rules.yaml"),
+            rules_poll_ms: 1000,
+            store: StoreConfig::default(),
+            store_timeout_ms: 3,
+            local_factor: 0.5,
+            log: "info".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses a config file's text.
+    pub fn from_yaml(text: &str) -> anyhow::Result<Config> {
+        let c: Config = serde_norway::from_str(text)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Refuses nonsense values.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.region.is_empty(), "region must not be empty");
+        anyhow::ensure!(
+            self.rules_poll_ms > 0,
+            "rules_poll_ms must be greater than zero"
+        );
+        anyhow::ensure!(
+            (1..=60_000).contains(&self.store_timeout_ms),
+            "store_timeout_ms must be 1 to 60000"
+        );
+        anyhow::ensure!(
+            self.local_factor > 0.0 && self.local_factor <= 1.0,
+            "local_factor must be in (0, 1]"
+        );
+        Ok(())
+    }
+
+    /// The daemon id, defaulted.
+    pub fn daemon_id(&self) -> String {
+        self.daemon_id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", self.region, std::process::id()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses() {
+        let c = Config::from_yaml("region: eu\nstore: { kind: memory, max_keys: 10 }\n")
+            .expect("valid");
+        assert_eq!(c.region, "eu");
+        assert_eq!(c.store, StoreConfig::Memory { max_keys: 10 });
+        assert!(Config::from_yaml("regoin: eu\n").is_err());
+        assert!(Config::from_yaml("local_factor: 3\n").is_err());
+        assert!(Config::from_yaml("store: { kind: floppy }\n").is_err());
+    }
+}

@@ -1,0 +1,255 @@
+//! The hot path, as a thin async shell around the core: load the rule snapshot, plan with the
+//! core, run one store call per identity (concurrently, each under its deadline), fall back to
+//! local buckets where a call failed, and let the core decide.
+
+use crate::metrics::Metrics;
+use sluice_control::Published;
+use sluice_core::algo::{Kind, MAX_LIMIT};
+use sluice_core::decision::{Answer, Code, Decision, Via, plan};
+use sluice_core::matching::{Descriptors, InputError, applicable};
+use sluice_core::{Micros, Remote};
+use sluice_store::{MemoryStore, Store, StoreError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Why a check was refused as input (HTTP 400 / gRPC `INVALID_ARGUMENT`).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// No rules for that domain.
+    #[error("unknown domain {0:?}")]
+    UnknownDomain(String),
+    /// Descriptors out of bounds.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Cost out of range.
+    #[error("cost {0} is out of range (0 to {MAX_LIMIT})")]
+    Cost(u64),
+    /// Missing domain.
+    #[error("domain is required")]
+    NoDomain,
+}
+
+/// A decision and the id that releases its concurrency slots.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The decision.
+    pub decision: Decision,
+    /// Pass to release.
+    pub request_id: String,
+}
+
+/// Wall-clock now in epoch microseconds: the only clock read on the hot path.
+pub fn now_micros() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as Micros)
+        .unwrap_or(0)
+}
+
+/// Supplies other regions' counts for global rules (the merge layer).
+pub trait RemoteSource: Send + Sync {
+    /// Remote counts for a store key at `now`.
+    fn remote(&self, key: &str, params: &sluice_core::Params, now: Micros) -> Remote;
+}
+
+/// Everything a check needs.
+pub struct Engine {
+    /// Live rules.
+    pub rules: Arc<Published>,
+    /// The shared counter store.
+    pub store: Arc<dyn Store>,
+    /// Per-daemon buckets for `on_store_failure: local`.
+    pub local: MemoryStore,
+    /// Exported counters.
+    pub metrics: Arc<Metrics>,
+    /// Local bucket size, per mille of the rule's numbers.
+    pub local_permille: u64,
+    /// Deadline of one store call.
+    pub store_timeout: Duration,
+    /// Remote counts for global rules, when regions are configured.
+    pub remote: Option<Arc<dyn RemoteSource>>,
+    daemon_tag: String,
+    seq: AtomicU64,
+}
+
+impl Engine {
+    /// An engine over a store and a rule publication.
+    pub fn new(
+        rules: Arc<Published>,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        local_permille: u64,
+        store_timeout: Duration,
+        daemon_tag: String,
+    ) -> Engine {
+        Engine {
+            rules,
+            store,
+            local: MemoryStore::new(100_000),
+            metrics,
+            local_permille,
+            store_timeout,
+            remote: None,
+            daemon_tag,
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    async fn call_store(
+        &self,
+        call: &sluice_core::batch::Call,
+    ) -> Result<sluice_core::batch::CallResult, StoreError> {
+        let t = Instant::now();
+        let r = match tokio::time::timeout(self.store_timeout, self.store.check(call)).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.store_timeout.as_millis() as u64)),
+        };
+        self.metrics
+            .store_latency
+            .observe(t.elapsed().as_secs_f64());
+        if let Err(e) = &r {
+            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(error = %e, retryable = e.retryable(), "store call failed");
+        }
+        r
+    }
+
+    /// Decides one request.
+    pub async fn check(
+        &self,
+        domain: &str,
+        descriptors: Vec<(String, String)>,
+        cost: u64,
+    ) -> Result<Checked, CheckError> {
+        let started = Instant::now();
+        let r = self.check_inner(domain, descriptors, cost).await;
+        self.metrics
+            .check_latency
+            .observe(started.elapsed().as_secs_f64());
+        match &r {
+            Ok(c) => {
+                let counter = match c.decision.code {
+                    Code::Ok => &self.metrics.checks_ok,
+                    Code::OverLimit => &self.metrics.checks_over_limit,
+                    Code::Unavailable => &self.metrics.checks_unavailable,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+
+    async fn check_inner(
+        &self,
+        domain: &str,
+        descriptors: Vec<(String, String)>,
+        cost: u64,
+    ) -> Result<Checked, CheckError> {
+        if domain.is_empty() {
+            return Err(CheckError::NoDomain);
+        }
+        if cost > MAX_LIMIT {
+            return Err(CheckError::Cost(cost));
+        }
+        let d = Descriptors::new(descriptors)?;
+        let rules = self.rules.load();
+        let dom = rules
+            .domain(domain)
+            .ok_or_else(|| CheckError::UnknownDomain(domain.chars().take(128).collect()))?;
+        let now = now_micros();
+        let request_id = format!(
+            "{}-{}",
+            self.daemon_tag,
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        );
+        let remote = self.remote.as_deref();
+        let p = plan(dom, &d, now, cost, &request_id, |a| {
+            remote
+                .map(|r| r.remote(&a.key, &a.params, now))
+                .unwrap_or_default()
+        });
+        let answers: Vec<Answer> = if p.calls.len() == 1 {
+            vec![self.answer(&p, 0).await]
+        } else {
+            futures_util::future::join_all((0..p.calls.len()).map(|i| self.answer(&p, i))).await
+        };
+        let decision = p.decide(rules.version, &answers);
+        self.count(&decision);
+        Ok(Checked {
+            decision,
+            request_id,
+        })
+    }
+
+    async fn answer(&self, p: &sluice_core::decision::Plan<'_>, i: usize) -> Answer {
+        match self.call_store(&p.calls[i].call).await {
+            Ok(r) => Answer::Done(r),
+            Err(_) => Answer::Failed {
+                local: p
+                    .fallback(i, self.local_permille)
+                    .and_then(|c| self.local.check_sync(&c).ok()),
+            },
+        }
+    }
+
+    fn count(&self, d: &Decision) {
+        for pol in &d.policies {
+            let c = self.metrics.rule(&pol.id);
+            let counter = match (pol.via, pol.allowed) {
+                (Via::FailedOpen, _) => &c.failed_open,
+                (Via::FailedClosed, _) => &c.failed_closed,
+                (Via::Local, _) => &c.local,
+                (Via::Store, true) => &c.allowed,
+                (Via::Store, false) => &c.over_limit,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        for id in &d.shadow_denied {
+            self.metrics
+                .rule(id)
+                .shadow_denied
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: "sluice::shadow", rule = %id, "shadow rule would have refused");
+        }
+    }
+
+    /// Frees the concurrency slots `request_id` holds under the request's rules.
+    pub async fn release(
+        &self,
+        domain: &str,
+        descriptors: Vec<(String, String)>,
+        request_id: &str,
+    ) -> Result<u32, CheckError> {
+        let d = Descriptors::new(descriptors)?;
+        let rules = self.rules.load();
+        let dom = rules
+            .domain(domain)
+            .ok_or_else(|| CheckError::UnknownDomain(domain.chars().take(128).collect()))?;
+        let now = now_micros();
+        let mut released = 0;
+        for a in applicable(dom, &d)
+            .iter()
+            .filter(|a| a.params.kind() == Kind::Concurrency)
+        {
+            let r = tokio::time::timeout(
+                self.store_timeout,
+                self.store.release(&a.key, request_id, now),
+            )
+            .await;
+            match r {
+                Ok(Ok(true)) => released += 1,
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "release failed; the slot expires on its own")
+                }
+                Err(_) => tracing::warn!("release timed out; the slot expires on its own"),
+            }
+            self.local.release_sync(&a.key, request_id, now);
+        }
+        Ok(released)
+    }
+}

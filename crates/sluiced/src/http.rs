@@ -1,0 +1,161 @@
+//! The HTTP JSON API (`POST /v1/limits:check`, `POST /v1/limits:release`), `/healthz` and
+//! `/metrics`. Bodies are parsed by hand from bytes so that every malformed body gets a 400
+//! with a message that says what is wrong, never a 500.
+
+use crate::engine::{CheckError, Checked, Engine};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_core::decision::headers;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Largest accepted request body.
+pub const MAX_BODY: usize = 64 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    domain: String,
+    #[serde(default)]
+    descriptors: BTreeMap<String, String>,
+    cost: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    domain: String,
+    #[serde(default)]
+    descriptors: BTreeMap<String, String>,
+    request_id: String,
+}
+
+fn bad_request(msg: impl std::fmt::Display) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({ "error": msg.to_string() })),
+    )
+        .into_response()
+}
+
+/// The JSON form of a decision, as in DESIGN.md.
+pub fn decision_json(c: &Checked) -> Value {
+    let d = &c.decision;
+    let hdrs: serde_json::Map<String, Value> = headers(d)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v)))
+        .collect();
+    json!({
+        "allowed": d.allowed(),
+        "code": d.code.as_str(),
+        "decided_by": d.decided_by.as_deref(),
+        "retry_after_ms": d.retry_after_ms,
+        "policies": d.policies.iter().map(|p| json!({
+            "id": &*p.id, "limit": p.limit, "window_s": p.window_s,
+            "remaining": p.remaining, "reset_s": p.reset_s,
+        })).collect::<Vec<_>>(),
+        "rules_version": d.rules_version,
+        "headers": hdrs,
+        "shadow_denied": d.shadow_denied.iter().map(|s| &**s).collect::<Vec<_>>(),
+        "request_id": c.request_id,
+    })
+}
+
+fn check_error(e: CheckError) -> Response {
+    bad_request(e)
+}
+
+async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
+    let b: CheckBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            engine
+                .metrics
+                .bad_requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return bad_request(format!("invalid check body: {e}"));
+        }
+    };
+    match engine
+        .check(
+            &b.domain,
+            b.descriptors.into_iter().collect(),
+            b.cost.unwrap_or(1),
+        )
+        .await
+    {
+        Ok(c) => axum::Json(decision_json(&c)).into_response(),
+        Err(e) => check_error(e),
+    }
+}
+
+async fn release(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
+    let b: ReleaseBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(format!("invalid release body: {e}")),
+    };
+    match engine
+        .release(
+            &b.domain,
+            b.descriptors.into_iter().collect(),
+            &b.request_id,
+        )
+        .await
+    {
+        Ok(n) => axum::Json(json!({ "released": n })).into_response(),
+        Err(e) => check_error(e),
+    }
+}
+
+async fn healthz(State(engine): State<Arc<Engine>>) -> Response {
+    axum::Json(json!({ "status": "ok", "rules_version": engine.rules.version(), "store": engine.store.kind() }))
+        .into_response()
+}
+
+async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
+    let rules = engine.rules.load();
+    let text = engine.metrics.render(&[
+        (
+            "sluice_rules_version",
+            "Version of the rules this daemon serves.",
+            rules.version,
+        ),
+        (
+            "sluice_rules_loaded",
+            "Rules loaded over all domains.",
+            rules.rule_count() as u64,
+        ),
+        (
+            "sluice_local_keys",
+            "Keys held in local fallback buckets.",
+            engine.local.len() as u64,
+        ),
+    ]);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({ "error": "no such endpoint" })),
+    )
+        .into_response()
+}
+
+/// The public HTTP router.
+pub fn router(engine: Arc<Engine>) -> Router {
+    Router::new()
+        .route("/v1/limits:check", post(check))
+        .route("/v1/limits:release", post(release))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(engine)
+}

@@ -1,0 +1,151 @@
+//! `sluiced`, the decision daemon: wires the core, a store and a rule source, and serves
+//! checks over gRPC and HTTP plus `/healthz` and `/metrics`.
+//!
+//! The binary stays thin (parse flags, set up tracing, bind, call [`run`]) so tests can run
+//! the daemon in-process on their own listeners.
+//!
+//! # Layout
+//!
+//! - [`config`]: the config file and its defaults.
+//! - [`engine`]: the hot path around the core.
+//! - [`http`]: HTTP JSON API, health, metrics.
+//! - [`grpc`]: `sluice.v1.Limiter`.
+//! - [`metrics`]: Prometheus text exposition.
+
+pub mod config;
+pub mod engine;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+
+use anyhow::Context as _;
+use config::{Config, StoreConfig};
+use engine::Engine;
+use sluice_control::Published;
+use sluice_store::{MemoryStore, Store};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The sockets the daemon serves on, bound by the caller.
+pub struct Listeners {
+    /// HTTP.
+    pub http: TcpListener,
+    /// gRPC.
+    pub grpc: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the configured addresses.
+    pub async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
+        let http = TcpListener::bind(cfg.http_addr)
+            .await
+            .with_context(|| format!("binding HTTP on {}", cfg.http_addr))?;
+        let grpc = TcpListener::bind(cfg.grpc_addr)
+            .await
+            .with_context(|| format!("binding gRPC on {}", cfg.grpc_addr))?;
+        Ok(Listeners { http, grpc })
+    }
+}
+
+fn build_store(cfg: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<Arc<MemoryStore>>)> {
+    match &cfg.store {
+        StoreConfig::Memory { max_keys } => {
+            let m = Arc::new(MemoryStore::new(*max_keys));
+            Ok((m.clone() as Arc<dyn Store>, Some(m)))
+        }
+    }
+}
+
+/// Runs the daemon until `shutdown` completes, then drains in-flight requests and returns.
+pub async fn run(
+    cfg: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    cfg.validate()?;
+    let set = sluice_control::file::load(&cfg.rules)?;
+    tracing::info!(rules = set.rule_count(), domains = set.domains.len(), path = %cfg.rules.display(), "rules loaded");
+    let published = Published::new(set);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    let watcher = tokio::spawn(sluice_control::file::watch(
+        cfg.rules.clone(),
+        published.clone(),
+        Duration::from_millis(cfg.rules_poll_ms),
+        stop_rx.clone(),
+    ));
+
+    let (store, memory) = build_store(&cfg)?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let engine = Arc::new(Engine::new(
+        published.clone(),
+        store,
+        metrics,
+        (cfg.local_factor * 1000.0).round() as u64,
+        Duration::from_millis(cfg.store_timeout_ms),
+        cfg.daemon_id(),
+    ));
+
+    // Idle state expires: sweep the memory stores so memory follows active keys.
+    let sweeper = {
+        let engine = engine.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    _ = stop.changed() => return,
+                }
+                let now = engine::now_micros();
+                if let Some(m) = &memory {
+                    m.sweep(now);
+                }
+                engine.local.sweep(now);
+            }
+        })
+    };
+
+    let http_addr = listeners.http.local_addr()?;
+    let grpc_addr = listeners.grpc.local_addr()?;
+    let http = {
+        let mut stop = stop_rx.clone();
+        let app = http::router(engine.clone());
+        tokio::spawn(async move {
+            axum::serve(listeners.http, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.changed().await;
+                })
+                .await
+        })
+    };
+    let grpc = {
+        let mut stop = stop_rx.clone();
+        let svc =
+            sluice_proto::sluice::v1::limiter_server::LimiterServer::new(grpc::LimiterService {
+                engine: engine.clone(),
+            });
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = stop.changed().await;
+                })
+                .await
+        })
+    };
+    tracing::info!(%http_addr, %grpc_addr, region = %cfg.region, daemon = %cfg.daemon_id(), "sluiced serving");
+
+    shutdown.await;
+    tracing::info!("shutting down: draining in-flight requests");
+    let _ = stop_tx.send(true);
+    http.await.context("http task")?.context("http server")?;
+    grpc.await.context("grpc task")?.context("grpc server")?;
+    let _ = watcher.await;
+    let _ = sweeper.await;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! Prometheus text metrics without a metrics crate: a handful of atomics, rendered on
+//! `GET /metrics`. The hot path only increments atomics; a write lock is taken once per rule
+//! id ever seen.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+const BUCKETS: [f64; 12] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
+];
+
+/// A cumulative histogram in Prometheus' shape.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, secs: f64) {
+        for (b, c) in BUCKETS.iter().zip(&self.counts) {
+            if secs <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns
+            .fetch_add((secs * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (b, c) in BUCKETS.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let n = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {n}");
+        let lb = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(
+            out,
+            "{name}_sum{lb} {}",
+            self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "{name}_count{lb} {n}");
+    }
+}
+
+/// Decision counters of one rule, by outcome.
+#[derive(Debug, Default)]
+pub struct RuleCounters {
+    /// Admitted by this rule.
+    pub allowed: AtomicU64,
+    /// Refused by this rule.
+    pub over_limit: AtomicU64,
+    /// Would have refused (shadow).
+    pub shadow_denied: AtomicU64,
+    /// Store failed, rule failed open.
+    pub failed_open: AtomicU64,
+    /// Store failed, rule failed closed.
+    pub failed_closed: AtomicU64,
+    /// Store failed, decided on a local bucket.
+    pub local: AtomicU64,
+}
+
+/// Everything the daemon exports.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    rules: RwLock<BTreeMap<Arc<str>, Arc<RuleCounters>>>,
+    /// End-to-end check latency.
+    pub check_latency: Histogram,
+    /// Store call latency.
+    pub store_latency: Histogram,
+    /// Checks by final code.
+    pub checks_ok: AtomicU64,
+    /// Checks answered OVER_LIMIT.
+    pub checks_over_limit: AtomicU64,
+    /// Checks answered UNAVAILABLE.
+    pub checks_unavailable: AtomicU64,
+    /// Requests refused as bad input.
+    pub bad_requests: AtomicU64,
+    /// Store call failures.
+    pub store_errors: AtomicU64,
+    /// Rule files/changes refused.
+    pub rules_refused: AtomicU64,
+}
+
+impl Metrics {
+    /// The counters of a rule, created on first use.
+    pub fn rule(&self, id: &Arc<str>) -> Arc<RuleCounters> {
+        if let Some(c) = self.rules.read().unwrap_or_else(|p| p.into_inner()).get(id) {
+            return c.clone();
+        }
+        self.rules
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// Prometheus text exposition; `extra` lets other parts (store, rules) append theirs.
+    pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
+        let mut out = String::with_capacity(4096);
+        out.push_str("# HELP sluice_decisions_total Decisions by rule and outcome.\n# TYPE sluice_decisions_total counter\n");
+        for (id, c) in self.rules.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            for (outcome, v) in [
+                ("allowed", &c.allowed),
+                ("over_limit", &c.over_limit),
+                ("shadow_denied", &c.shadow_denied),
+                ("failed_open", &c.failed_open),
+                ("failed_closed", &c.failed_closed),
+                ("local", &c.local),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "sluice_decisions_total{{rule=\"{id}\",outcome=\"{outcome}\"}} {}",
+                    v.load(Ordering::Relaxed)
+                );
+            }
+        }
+        out.push_str(
+            "# HELP sluice_checks_total Checks by code.\n# TYPE sluice_checks_total counter\n",
+        );
+        for (code, v) in [
+            ("OK", &self.checks_ok),
+            ("OVER_LIMIT", &self.checks_over_limit),
+            ("UNAVAILABLE", &self.checks_unavailable),
+        ] {
+            let _ = writeln!(
+                out,
+                "sluice_checks_total{{code=\"{code}\"}} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        for (name, help, v) in [
+            (
+                "sluice_bad_requests_total",
+                "Checks refused as invalid input.",
+                &self.bad_requests,
+            ),
+            (
+                "sluice_store_errors_total",
+                "Store calls that failed.",
+                &self.store_errors,
+            ),
+            (
+                "sluice_rules_refused_total",
+                "Rule changes refused by validation.",
+                &self.rules_refused,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP sluice_check_duration_seconds Check latency inside the daemon.\n# TYPE sluice_check_duration_seconds histogram\n");
+        self.check_latency
+            .render(&mut out, "sluice_check_duration_seconds", "");
+        out.push_str("# HELP sluice_store_duration_seconds Store call latency.\n# TYPE sluice_store_duration_seconds histogram\n");
+        self.store_latency
+            .render(&mut out, "sluice_store_duration_seconds", "");
+        for (name, help, v) in extra {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        m.rule(&Arc::from("r1"))
+            .allowed
+            .fetch_add(3, Ordering::Relaxed);
+        m.check_latency.observe(0.0003);
+        let t = m.render(&[("sluice_rules_version", "Loaded rules version.", 7)]);
+        assert!(t.contains("sluice_decisions_total{rule=\"r1\",outcome=\"allowed\"} 3"));
+        assert!(t.contains("sluice_check_duration_seconds_bucket{le=\"0.0005\"} 1"));
+        assert!(t.contains("sluice_check_duration_seconds_bucket{le=\"0.00025\"} 0"));
+        assert!(t.contains("sluice_check_duration_seconds_count 1"));
+        assert!(t.contains("sluice_rules_version 7"));
+    }
+}
