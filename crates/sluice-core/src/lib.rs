@@ -13,6 +13,9 @@
 //! - [`rules`]: the rule format, validation, and the in-memory rule set.
 //! - [`matching`]: descriptors to the rules that apply, with overrides and rollout.
 //! - [`decision`]: outcomes to a decision; HTTP headers and the 429 body.
+//! - [`merge`]: other regions' counts for global rules (max per region and window) and the
+//!   remote figure a decision adds.
+//! - [`ship`]: which busy global keys the delta shipper sends each interval, within a budget.
 //! - [`hash`]: the stable hash behind rollout and key splitting.
 
 pub mod algo;
@@ -20,7 +23,9 @@ pub mod batch;
 pub mod decision;
 pub mod hash;
 pub mod matching;
+pub mod merge;
 pub mod rules;
+pub mod ship;
 pub mod time;
 
 pub use algo::{Outcome, Params, Remote, Request, State};

@@ -1,0 +1,669 @@
+//! The merge layer: what other regions reported for global rules, and the remote figure a
+//! decision adds to its local count.
+//!
+//! Every region ships, for each busy global key, one *figure* per window: the region's count
+//! in that window (fixed and sliding windows), or the cumulative units the region consumed
+//! (token bucket, GCRA). Figures only grow for a given `(region, key, window)`, so the merge is
+//! a max: a lost message is repaired by the next one, a repeated or reordered one changes
+//! nothing, and the order in which two regions' messages arrive does not matter (the merge is
+//! commutative, associative and idempotent; the property tests below hold it to that).
+//!
+//! [`RemoteCounts`] holds, per store key, one slot per `(region, window start)`: what a daemon
+//! holds grows with the number of *regions* and busy keys, never with the number of daemons
+//! elsewhere, because every daemon of a region ships the same region-level figure (the count
+//! its region's store returned) and the receiver keeps the max.
+//!
+//! [`RemoteCounts::remote_for`] turns the table into the [`Remote`] the algorithms take:
+//!
+//! - fixed window: `cur` = Σ other regions' counts of the window holding `now`;
+//! - sliding window: `cur` and `prev` = Σ counts of the current and the previous window;
+//! - token bucket, GCRA: `cur` = Σ other regions' cumulative consumption; the bucket state
+//!   remembers how much of it it already drained (`seen`), so only the increase costs tokens;
+//! - sliding log, concurrency: not shared (they take no remote figure).
+//!
+//! A region that goes silent keeps its last figures until their windows end: a window slot
+//! expires at the end of the last window it can weigh in (a fixed window's end, the end of the
+//! *next* window for a sliding window). A cumulative figure has no window; a key's cumulative
+//! slots are dropped together once none of them rose for a whole refill period (by then the
+//! bucket has refilled what they drained). They are never dropped one at a time, which would
+//! make the sum dip and then undercount (the bucket's `seen` would stay above it).
+//!
+//! Nothing here reads a clock: `now` is an argument, as everywhere in the core.
+
+use crate::algo::{Params, Remote};
+use crate::time::Micros;
+use std::collections::HashMap;
+
+/// Where a rule's figure lives in time: which window it belongs to and until when it counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FigureWindow {
+    /// Start of the window (0 for cumulative figures, which have none).
+    pub start: Micros,
+    /// When the figure stops weighing in any decision.
+    pub expires: Micros,
+    /// A cumulative consumption (token bucket, GCRA) rather than a count per window.
+    pub cumulative: bool,
+}
+
+/// The window a global rule's figure at `now` belongs to, or `None` for algorithms whose
+/// counts are not shared (sliding log, concurrency).
+///
+/// Both ends use it: the shipper to label what it sends, the receiver (through
+/// [`RemoteCounts::merge`]) to know how long to keep it.
+pub fn figure_window(params: &Params, now: Micros) -> Option<FigureWindow> {
+    match params {
+        Params::FixedWindow { window, .. } => {
+            let (start, end) = window.bounds(now);
+            Some(FigureWindow {
+                start,
+                expires: end,
+                cumulative: false,
+            })
+        }
+        Params::SlidingWindow { window, .. } => {
+            let start = now - now % window;
+            Some(FigureWindow {
+                start,
+                expires: start + 2 * window,
+                cumulative: false,
+            })
+        }
+        Params::TokenBucket { .. } | Params::Gcra { .. } => Some(FigureWindow {
+            start: 0,
+            expires: now.saturating_add(params.window()),
+            cumulative: true,
+        }),
+        Params::SlidingLog { .. } | Params::Concurrency { .. } => None,
+    }
+}
+
+/// The window a reported figure labelled `start` belongs to, checked against the rule.
+///
+/// `None` when the label cannot be a window start of this rule (misaligned, or more than one
+/// window in the future: a sender whose clock is that far ahead is broken).
+fn reported_window(params: &Params, start: Micros, now: Micros) -> Option<FigureWindow> {
+    match params {
+        Params::FixedWindow { window, .. } => {
+            let (s, end) = window.bounds(start);
+            let ok = s == start && start <= now.saturating_add(window.nominal());
+            ok.then_some(FigureWindow {
+                start,
+                expires: end,
+                cumulative: false,
+            })
+        }
+        Params::SlidingWindow { window, .. } => {
+            let ok = start.is_multiple_of(*window) && start <= now.saturating_add(*window);
+            ok.then_some(FigureWindow {
+                start,
+                expires: start + 2 * window,
+                cumulative: false,
+            })
+        }
+        Params::TokenBucket { .. } | Params::Gcra { .. } => {
+            (start == 0).then(|| figure_window(params, now)).flatten()
+        }
+        Params::SlidingLog { .. } | Params::Concurrency { .. } => None,
+    }
+}
+
+/// What [`RemoteCounts::merge`] did with a report; the gossip layer counts these in metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merged {
+    /// A slot was created.
+    New,
+    /// A slot's figure rose.
+    Raised,
+    /// Nothing changed: the figure was not above what is held (a repeat, a reordered or an
+    /// older window's message).
+    Unchanged,
+    /// The report came from this daemon's own region (its counts are in the local store).
+    OwnRegion,
+    /// The window is already over.
+    Expired,
+    /// The rule's figures are not shared, or the window label is not a window of the rule.
+    Rejected,
+    /// The table is at its key bound; the report was dropped.
+    Full,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    region: u16,
+    start: Micros,
+    count: u64,
+    expires: Micros,
+}
+
+/// Windows a region keeps per key: the current and the previous one (a sliding window weighs
+/// both; a fixed window needs one, and the other holds a late report until it expires).
+const WINDOWS_PER_REGION: usize = 2;
+
+/// Other regions' latest figures for global rules, as one daemon has heard them.
+#[derive(Clone, Debug)]
+pub struct RemoteCounts {
+    own: u16,
+    regions: Vec<Box<str>>,
+    keys: HashMap<String, Vec<Slot>>,
+    slots: usize,
+    max_keys: usize,
+    dropped: u64,
+}
+
+impl RemoteCounts {
+    /// An empty table for a daemon of region `own`, holding at most `max_keys` keys (reports
+    /// for new keys beyond it are dropped and counted: the bound keeps a flood of keys from
+    /// exhausting a daemon's memory; dropping undercounts, which shows as overshoot).
+    pub fn new(own: &str, max_keys: usize) -> RemoteCounts {
+        RemoteCounts {
+            own: 0,
+            regions: vec![own.into()],
+            keys: HashMap::new(),
+            slots: 0,
+            max_keys,
+            dropped: 0,
+        }
+    }
+
+    fn region_index(&mut self, region: &str) -> Option<u16> {
+        if let Some(i) = self.regions.iter().position(|r| &**r == region) {
+            return Some(i as u16);
+        }
+        if self.regions.len() > usize::from(u16::MAX) {
+            return None;
+        }
+        self.regions.push(region.into());
+        Some((self.regions.len() - 1) as u16)
+    }
+
+    /// Merges one report: `region` counted `count` for `key` in the window starting at
+    /// `start` (0 for cumulative figures). Keeps the max per `(region, key, window)`.
+    ///
+    /// `params` are the rule's numbers, found by the receiver from the rule id in the key;
+    /// they say how long the figure counts and whether `start` is a window of the rule.
+    pub fn merge(
+        &mut self,
+        region: &str,
+        key: &str,
+        params: &Params,
+        start: Micros,
+        count: u64,
+        now: Micros,
+    ) -> Merged {
+        let Some(fw) = reported_window(params, start, now) else {
+            return Merged::Rejected;
+        };
+        if fw.expires <= now {
+            return Merged::Expired;
+        }
+        let Some(region) = self.region_index(region) else {
+            return Merged::Full;
+        };
+        if region == self.own {
+            return Merged::OwnRegion;
+        }
+        if !self.keys.contains_key(key) {
+            if self.keys.len() >= self.max_keys {
+                self.dropped += 1;
+                return Merged::Full;
+            }
+            self.keys.insert(key.to_string(), Vec::new());
+        }
+        let Some(slots) = self.keys.get_mut(key) else {
+            return Merged::Full;
+        };
+        let before = slots.len();
+        let result = merge_slot(slots, region, fw, count, now);
+        self.slots = self.slots + slots.len() - before;
+        result
+    }
+
+    /// The remote figure a decision on `key` adds at `now`: see the module docs.
+    pub fn remote_for(&self, key: &str, params: &Params, now: Micros) -> Remote {
+        let Some(slots) = self.keys.get(key) else {
+            return Remote::default();
+        };
+        match params {
+            Params::FixedWindow { window, .. } => {
+                let (start, _) = window.bounds(now);
+                Remote {
+                    cur: sum(slots, |s| s.start == start && s.expires > now),
+                    prev: 0,
+                }
+            }
+            Params::SlidingWindow { window, .. } => {
+                let start = now - now % window;
+                Remote {
+                    cur: sum(slots, |s| s.start == start),
+                    prev: start
+                        .checked_sub(*window)
+                        .map_or(0, |p| sum(slots, |s| s.start == p)),
+                }
+            }
+            // Cumulative: every slot, expired or not. Summing a slot past its expiry costs
+            // nothing (the bucket already drained it: `seen` covers it), and not dropping it
+            // one at a time keeps the sum from dipping (see the module docs).
+            Params::TokenBucket { .. } | Params::Gcra { .. } => Remote {
+                cur: sum(slots, |_| true),
+                prev: 0,
+            },
+            Params::SlidingLog { .. } | Params::Concurrency { .. } => Remote::default(),
+        }
+    }
+
+    /// Drops what no longer counts: window slots past their expiry, and a key's cumulative
+    /// slots once all of them expired. Returns the number of slots dropped. The daemon calls
+    /// it on a timer; decisions never depend on when it ran.
+    pub fn sweep(&mut self, now: Micros) -> usize {
+        let mut dropped = 0;
+        self.keys.retain(|_, slots| {
+            let before = slots.len();
+            let cumulative = slots.first().is_some_and(|s| s.start == 0);
+            if cumulative {
+                if slots.iter().all(|s| s.expires <= now) {
+                    slots.clear();
+                }
+            } else {
+                slots.retain(|s| s.expires > now);
+            }
+            dropped += before - slots.len();
+            !slots.is_empty()
+        });
+        self.slots -= dropped;
+        dropped
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Slots held (at most regions × 2 per key).
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Reports for new keys dropped at the key bound.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Every slot as `(key, region, window start, figure)`, sorted: for tests, debugging and
+    /// an admin endpoint. Not for the hot path.
+    pub fn snapshot(&self) -> Vec<(String, String, Micros, u64)> {
+        let mut out: Vec<_> = self
+            .keys
+            .iter()
+            .flat_map(|(k, slots)| {
+                slots.iter().map(|s| {
+                    (
+                        k.clone(),
+                        self.regions[usize::from(s.region)].to_string(),
+                        s.start,
+                        s.count,
+                    )
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+fn sum(slots: &[Slot], keep: impl Fn(&Slot) -> bool) -> u64 {
+    slots
+        .iter()
+        .filter(|s| keep(s))
+        .fold(0u64, |acc, s| acc.saturating_add(s.count))
+}
+
+/// The max-merge of one figure into a key's slots.
+fn merge_slot(
+    slots: &mut Vec<Slot>,
+    region: u16,
+    fw: FigureWindow,
+    count: u64,
+    now: Micros,
+) -> Merged {
+    if let Some(s) = slots
+        .iter_mut()
+        .find(|s| s.region == region && s.start == fw.start)
+    {
+        if count <= s.count {
+            return Merged::Unchanged;
+        }
+        s.count = count;
+        // A cumulative figure that rises is in use: it counts for another refill period.
+        s.expires = s.expires.max(fw.expires);
+        return Merged::Raised;
+    }
+    // Drop this region's slots that no longer count, then make room if it holds two windows.
+    slots.retain(|s| s.region != region || s.expires > now);
+    let mine = slots.iter().filter(|s| s.region == region).count();
+    if mine >= WINDOWS_PER_REGION {
+        let oldest = slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.region == region)
+            .min_by_key(|(_, s)| s.start)
+            .map(|(i, s)| (i, s.start));
+        match oldest {
+            Some((_, start)) if start > fw.start => return Merged::Unchanged,
+            Some((i, _)) => {
+                slots.swap_remove(i);
+            }
+            None => {}
+        }
+    }
+    slots.push(Slot {
+        region,
+        start: fw.start,
+        count,
+        expires: fw.expires,
+    });
+    if count == 0 {
+        Merged::Unchanged
+    } else {
+        Merged::New
+    }
+}
+
+/// The rule id of a store key (`sl:{identity}:rule` → `rule`): the inverse of
+/// [`crate::matching::store_key`], so a receiver can find the rule a shipped key belongs to.
+pub fn rule_id_of(key: &str) -> Option<&str> {
+    key.strip_prefix("sl:")
+        .and_then(|k| k.rsplit_once("}:"))
+        .map(|(_, rule)| rule)
+        .filter(|r| !r.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::{self, Request, State, Window};
+    use crate::time::SECOND;
+    use proptest::prelude::*;
+
+    const MIN: Micros = 60 * SECOND;
+
+    fn fixed() -> Params {
+        Params::FixedWindow {
+            limit: 1000,
+            window: Window::Epoch(MIN),
+        }
+    }
+
+    fn sliding() -> Params {
+        Params::SlidingWindow {
+            limit: 1000,
+            window: MIN,
+        }
+    }
+
+    fn bucket() -> Params {
+        Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 100,
+        }
+    }
+
+    #[test]
+    fn fixed_windows_sum_other_regions_and_expire_at_the_window_end() {
+        let mut rc = RemoteCounts::new("us", 100);
+        let p = fixed();
+        assert_eq!(rc.merge("eu", "k", &p, MIN, 30, MIN + 1), Merged::New);
+        assert_eq!(rc.merge("ap", "k", &p, MIN, 20, MIN + 2), Merged::New);
+        assert_eq!(
+            rc.merge("us", "k", &p, MIN, 500, MIN + 2),
+            Merged::OwnRegion
+        );
+        assert_eq!(rc.remote_for("k", &p, MIN + 3).cur, 50);
+        // Silent regions keep their counts until the window ends, then weigh nothing.
+        assert_eq!(rc.remote_for("k", &p, 2 * MIN - 1).cur, 50);
+        assert_eq!(rc.remote_for("k", &p, 2 * MIN).cur, 0);
+        assert_eq!(rc.merge("eu", "k", &p, MIN, 40, 2 * MIN), Merged::Expired);
+        assert_eq!(rc.sweep(2 * MIN), 2);
+        assert!(rc.is_empty());
+    }
+
+    #[test]
+    fn sliding_windows_carry_the_previous_window() {
+        let mut rc = RemoteCounts::new("us", 100);
+        let p = sliding();
+        rc.merge("eu", "k", &p, 0, 70, 10 * SECOND);
+        rc.merge("eu", "k", &p, MIN, 5, MIN + SECOND);
+        let r = rc.remote_for("k", &p, MIN + 2 * SECOND);
+        assert_eq!((r.cur, r.prev), (5, 70));
+        // A third window pushes out the oldest.
+        rc.merge("eu", "k", &p, 2 * MIN, 1, 2 * MIN + 1);
+        let r = rc.remote_for("k", &p, 2 * MIN + 2);
+        assert_eq!((r.cur, r.prev), (1, 5));
+        assert!(rc.slots() <= 2);
+        // A report for a window older than both held is not news.
+        assert_eq!(rc.merge("eu", "k", &p, MIN, 9, 2 * MIN + 3), Merged::Raised);
+        assert_eq!(rc.merge("eu", "k", &p, 0, 9, 2 * MIN + 3), Merged::Expired);
+    }
+
+    #[test]
+    fn misaligned_or_far_future_windows_and_unshared_rules_are_rejected() {
+        let mut rc = RemoteCounts::new("us", 100);
+        assert_eq!(
+            rc.merge("eu", "k", &fixed(), MIN + 1, 5, MIN),
+            Merged::Rejected
+        );
+        assert_eq!(
+            rc.merge("eu", "k", &fixed(), 10 * MIN, 5, MIN),
+            Merged::Rejected
+        );
+        assert_eq!(rc.merge("eu", "k", &bucket(), 5, 5, MIN), Merged::Rejected);
+        let log = Params::SlidingLog {
+            limit: 5,
+            window: MIN,
+        };
+        assert_eq!(rc.merge("eu", "k", &log, 0, 5, MIN), Merged::Rejected);
+        assert!(rc.is_empty());
+    }
+
+    #[test]
+    fn the_key_bound_drops_and_counts() {
+        let mut rc = RemoteCounts::new("us", 2);
+        rc.merge("eu", "a", &fixed(), 0, 1, 1);
+        rc.merge("eu", "b", &fixed(), 0, 1, 1);
+        assert_eq!(rc.merge("eu", "c", &fixed(), 0, 1, 1), Merged::Full);
+        assert_eq!(rc.merge("eu", "a", &fixed(), 0, 2, 1), Merged::Raised);
+        assert_eq!(rc.dropped(), 1);
+    }
+
+    #[test]
+    fn held_state_grows_with_regions_not_daemons() {
+        // 50 daemons in each of 2 other regions all ship their region's figure.
+        let mut rc = RemoteCounts::new("us", 100);
+        for d in 0..50u64 {
+            for r in ["eu", "ap"] {
+                rc.merge(r, "k", &fixed(), 0, 100 + d, 1);
+            }
+        }
+        assert_eq!(rc.slots(), 2);
+        assert_eq!(rc.remote_for("k", &fixed(), 2).cur, 2 * 149);
+    }
+
+    #[test]
+    fn cumulative_slots_expire_together() {
+        let mut rc = RemoteCounts::new("us", 100);
+        let p = bucket(); // full period 100 s
+        rc.merge("eu", "k", &p, 0, 10, 0);
+        rc.merge("ap", "k", &p, 0, 10, 50 * SECOND);
+        // eu's slot is past its period, ap's is not: both stay, the sum does not dip.
+        assert_eq!(rc.sweep(120 * SECOND), 0);
+        assert_eq!(rc.remote_for("k", &p, 120 * SECOND).cur, 20);
+        assert_eq!(rc.sweep(150 * SECOND), 2);
+        assert!(rc.is_empty());
+    }
+
+    #[test]
+    fn store_keys_name_their_rule() {
+        let k = crate::matching::store_key("api|api_key=k}:x", "per-min");
+        assert_eq!(rule_id_of(&k), Some("per-min"));
+        assert_eq!(rule_id_of("nope"), None);
+        assert_eq!(rule_id_of("sl:{a}:"), None);
+    }
+
+    /// One report: (region 0..3, key 0..3, window 0..3, count).
+    type Report = (u8, u8, u64, u64);
+
+    fn reports() -> impl Strategy<Value = Vec<Report>> {
+        prop::collection::vec((0u8..3, 0u8..3, 0u64..3, 0u64..500), 0..60)
+    }
+
+    const REGIONS: [&str; 3] = ["eu", "ap", "sa"];
+
+    fn apply_all(params: &Params, reps: &[Report], now: Micros) -> RemoteCounts {
+        let mut rc = RemoteCounts::new("us", 1000);
+        for &(r, k, w, c) in reps {
+            let start = if params.kind() == crate::algo::Kind::TokenBucket {
+                0
+            } else {
+                w * MIN
+            };
+            rc.merge(
+                REGIONS[usize::from(r)],
+                &format!("k{k}"),
+                params,
+                start,
+                c,
+                now,
+            );
+        }
+        rc
+    }
+
+    /// The remote figure of every key at a few instants.
+    fn view(rc: &RemoteCounts, params: &Params) -> Vec<Remote> {
+        let mut v = Vec::new();
+        for k in 0..3 {
+            for t in [0, MIN + 5, 2 * MIN + 5, 3 * MIN - 1] {
+                v.push(rc.remote_for(&format!("k{k}"), params, t));
+            }
+        }
+        v
+    }
+
+    /// Σ over regions of the max figure delivered for (key, window): the most any view of
+    /// those messages may add.
+    fn truth(reps: &[Report], key: u8, window: u64) -> u64 {
+        (0..3u8)
+            .map(|r| {
+                reps.iter()
+                    .filter(|x| x.0 == r && x.1 == key && x.2 == window)
+                    .map(|x| x.3)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    proptest! {
+        /// Any shuffle, any duplication: the same view as the messages in order.
+        #[test]
+        fn reordered_and_repeated_messages_change_nothing(
+            reps in reports(),
+            seed in any::<u64>(),
+            dup in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+        ) {
+            for params in [fixed(), sliding(), bucket()] {
+                let base = apply_all(&params, &reps, 0);
+                let mut shuffled = reps.clone();
+                for ix in &dup {
+                    if !reps.is_empty() {
+                        shuffled.push(reps[ix.index(reps.len())]);
+                    }
+                }
+                // A deterministic shuffle from the seed (Fisher-Yates over a LCG).
+                let mut s = seed;
+                for i in (1..shuffled.len()).rev() {
+                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    shuffled.swap(i, (s >> 33) as usize % (i + 1));
+                }
+                let other = apply_all(&params, &shuffled, 0);
+                prop_assert_eq!(view(&base, &params), view(&other, &params));
+            }
+        }
+
+        /// Merging is commutative and idempotent: a then b = b then a = a, b, a, b.
+        #[test]
+        fn merge_is_commutative_and_idempotent(a in reports(), b in reports()) {
+            for params in [fixed(), sliding(), bucket()] {
+                let ab: Vec<Report> = a.iter().chain(&b).copied().collect();
+                let ba: Vec<Report> = b.iter().chain(&a).copied().collect();
+                let abab: Vec<Report> = ab.iter().chain(&ab).copied().collect();
+                let v = view(&apply_all(&params, &ab, 0), &params);
+                prop_assert_eq!(&v, &view(&apply_all(&params, &ba, 0), &params));
+                prop_assert_eq!(&v, &view(&apply_all(&params, &abab, 0), &params));
+            }
+        }
+
+        /// Losing messages never adds: the view is exactly the max of what was delivered,
+        /// never more than the max of what was sent.
+        #[test]
+        fn lost_messages_never_double_count(
+            reps in reports(),
+            lost in prop::collection::vec(any::<bool>(), 60),
+        ) {
+            // Windows 0 and 1 only: at now = 0 both are live (window 2 is too far ahead).
+            let reps: Vec<Report> = reps.iter().map(|&(r, k, w, c)| (r, k, w % 2, c)).collect();
+            let delivered: Vec<Report> = reps
+                .iter()
+                .zip(&lost)
+                .filter(|(_, l)| !**l)
+                .map(|(r, _)| *r)
+                .collect();
+            let p = fixed();
+            let rc = apply_all(&p, &delivered, 0);
+            for k in 0..3u8 {
+                for w in 0..2u64 {
+                    let got = rc.remote_for(&format!("k{k}"), &p, w * MIN + 1).cur;
+                    prop_assert_eq!(got, truth(&delivered, k, w));
+                    prop_assert!(got <= truth(&reps, k, w));
+                }
+            }
+        }
+
+        /// A bucket fed the merged cumulative figure after every delivery, in any order with
+        /// repeats, drains exactly the max each region reported: never twice.
+        #[test]
+        fn a_bucket_drains_remote_consumption_once(
+            reps in prop::collection::vec((0u8..3, 0u64..40), 1..40),
+            seed in any::<u64>(),
+        ) {
+            let p = Params::TokenBucket { rate_per_s: 1, burst: 1_000 };
+            // Deliver each report twice, in a seeded order.
+            let mut msgs: Vec<(u8, u64)> = reps.iter().chain(&reps).copied().collect();
+            let mut s = seed;
+            for i in (1..msgs.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                msgs.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let now = 1_000 * SECOND;
+            let mut rc = RemoteCounts::new("us", 10);
+            let mut st: Option<State> = None;
+            // The local bucket exists before any remote figure arrives.
+            let peek = |remote| Request { now, cost: 0, request_id: "", remote };
+            st = Some(algo::take(&p, st.as_ref(), &peek(Remote::default())).0);
+            for (r, c) in &msgs {
+                rc.merge(REGIONS[usize::from(*r)], "k", &p, 0, *c, now);
+                let remote = rc.remote_for("k", &p, now);
+                st = Some(algo::take(&p, st.as_ref(), &peek(remote)).0);
+            }
+            let expected: u64 = (0..3u8)
+                .map(|r| reps.iter().filter(|x| x.0 == r).map(|x| x.1).max().unwrap_or(0))
+                .sum();
+            let left = algo::evaluate(&p, st.as_ref(), &peek(rc.remote_for("k", &p, now)));
+            prop_assert_eq!(left.remaining, 1_000 - expected);
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! Busy-key selection for the delta shipper: which of this region's global figures to send
+//! to the other regions this interval.
+//!
+//! Every decision on a global rule tells the shipper the region's figure for that key (the
+//! `usage` of its [`crate::Outcome`] for windows: the count the region's store returned; or
+//! the region's cumulative consumption for buckets). [`LocalUsage`] keeps the latest figure
+//! per `(key, window)`, and once per interval [`LocalUsage::select`] picks what to ship:
+//!
+//! - only *busy* keys: usage above `share_threshold` of the limit. Quiet keys are never
+//!   shared; that is the threshold's blind spot, bounded by (regions − 1) × threshold × limit
+//!   on top of the sync delay (docs/accuracy.md measures it);
+//! - only figures that changed since they were last shipped, plus unchanged busy ones whose
+//!   last shipment is older than `resend_after` (anti-entropy: a lost message is otherwise
+//!   only repaired by the next change);
+//! - nearest their limit first, up to a byte and entry budget per interval (chitchat pushes
+//!   about one ~64 KB delta per round; a larger backlog would lag without bound). What does
+//!   not fit is *deferred*: it stays dirty and competes again next interval, and its number is
+//!   reported for a metric.
+//!
+//! Sizes are estimated as a compact protobuf would encode them ([`entry_bytes`],
+//! [`message_bytes`]); the gossip crate's real encoding is its own, the estimate is what the
+//! budget and the simulator's bytes/s use.
+
+use crate::algo::Params;
+use crate::merge::figure_window;
+use crate::time::{MILLI, Micros};
+use std::collections::HashMap;
+
+/// One figure to send: the region's `count` for `key` in the window starting at
+/// `window_start` (0 for cumulative bucket figures).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShipEntry {
+    /// Store key (`sl:{identity}:rule`): the receiver finds the rule from it.
+    pub key: String,
+    /// Window start, epoch microseconds (whole milliseconds for every rule the validator
+    /// accepts), or 0.
+    pub window_start: Micros,
+    /// The figure.
+    pub count: u64,
+}
+
+/// What one interval may ship.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Most entry bytes per interval (as estimated by [`entry_bytes`]).
+    pub max_bytes: usize,
+    /// Most entries per interval.
+    pub max_entries: usize,
+    /// Re-ship an unchanged busy figure once its last shipment is this old (0: never).
+    pub resend_after: Micros,
+}
+
+impl Default for Budget {
+    /// 60,000 entry bytes (under chitchat's ~64 KB delta with room for framing), no entry
+    /// bound, re-ship unchanged figures every 5 s.
+    fn default() -> Self {
+        Budget {
+            max_bytes: 60_000,
+            max_entries: usize::MAX,
+            resend_after: 5_000 * MILLI,
+        }
+    }
+}
+
+/// One interval's selection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// What to send, nearest their limit first.
+    pub entries: Vec<ShipEntry>,
+    /// Estimated bytes of the entries (without the message header: see [`message_bytes`]).
+    pub bytes: usize,
+    /// Busy, changed figures that did not fit the budget.
+    pub deferred: usize,
+    /// Changed figures left out because they are under the threshold.
+    pub quiet: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Tracked {
+    start: Micros,
+    expires: Micros,
+    figure: u64,
+    busy: u64,
+    limit: u64,
+    threshold_pct: u8,
+    shipped: Option<u64>,
+    shipped_at: Micros,
+}
+
+impl Tracked {
+    fn is_busy(&self) -> bool {
+        // busy / limit > pct / 100, in integers.
+        u128::from(self.busy) * 100 > u128::from(self.limit) * u128::from(self.threshold_pct)
+    }
+
+    fn due(&self, now: Micros, resend_after: Micros) -> bool {
+        match self.shipped {
+            None => self.figure > 0,
+            Some(s) => {
+                self.figure > s || (resend_after > 0 && now >= self.shipped_at + resend_after)
+            }
+        }
+    }
+}
+
+/// This region's latest figures for global keys, as one daemon observed them.
+#[derive(Clone, Debug, Default)]
+pub struct LocalUsage {
+    keys: HashMap<String, Vec<Tracked>>,
+}
+
+impl LocalUsage {
+    /// An empty table.
+    pub fn new() -> LocalUsage {
+        LocalUsage::default()
+    }
+
+    /// Records a decision's figure for a global rule's key at `now`.
+    ///
+    /// `figure` is what gets shipped (the window count, or cumulative consumption for
+    /// buckets); `busy` is the usage measured against the limit for the threshold and the
+    /// priority (for windows the same number; for buckets the `usage` of the outcome, i.e.
+    /// how far the bucket is drained). `threshold_pct` is the rule's `share_threshold` in
+    /// percent. Rules whose counts are not shared (sliding log, concurrency) are ignored.
+    pub fn observe(
+        &mut self,
+        key: &str,
+        params: &Params,
+        threshold_pct: u8,
+        now: Micros,
+        figure: u64,
+        busy: u64,
+    ) {
+        let Some(fw) = figure_window(params, now) else {
+            return;
+        };
+        let limit = params.limit();
+        let windows = match self.keys.get_mut(key) {
+            Some(w) => w,
+            None => self.keys.entry(key.to_string()).or_default(),
+        };
+        if let Some(t) = windows.iter_mut().find(|t| t.start == fw.start) {
+            t.figure = t.figure.max(figure);
+            t.busy = if fw.cumulative {
+                busy
+            } else {
+                t.busy.max(busy)
+            };
+            t.limit = limit;
+            t.threshold_pct = threshold_pct;
+            t.expires = t.expires.max(fw.expires);
+            return;
+        }
+        windows.retain(|t| t.expires > now);
+        if windows.len() >= 2
+            && let Some(i) = windows
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, t)| t.start)
+                .map(|(i, _)| i)
+        {
+            windows.swap_remove(i);
+        }
+        windows.push(Tracked {
+            start: fw.start,
+            expires: fw.expires,
+            figure,
+            busy,
+            limit,
+            threshold_pct,
+            shipped: None,
+            shipped_at: 0,
+        });
+    }
+
+    /// Picks this interval's entries (see the module docs) and marks them shipped. Drops
+    /// figures whose windows are over.
+    pub fn select(&mut self, now: Micros, budget: &Budget) -> Batch {
+        let mut batch = Batch::default();
+        let mut due: Vec<(&str, &mut Tracked)> = Vec::new();
+        self.keys.retain(|_, w| {
+            w.retain(|t| t.expires > now);
+            !w.is_empty()
+        });
+        for (k, windows) in self.keys.iter_mut() {
+            for t in windows.iter_mut() {
+                if !t.due(now, budget.resend_after) {
+                    continue;
+                }
+                if t.is_busy() {
+                    due.push((k.as_str(), t));
+                } else if t.shipped.is_none_or(|s| t.figure > s) {
+                    batch.quiet += 1;
+                }
+            }
+        }
+        // Nearest the limit first (largest busy/limit); ties by key and window, so the
+        // choice does not depend on the map's order.
+        due.sort_by(|(ka, a), (kb, b)| {
+            (u128::from(b.busy) * u128::from(a.limit))
+                .cmp(&(u128::from(a.busy) * u128::from(b.limit)))
+                .then_with(|| ka.cmp(kb))
+                .then_with(|| a.start.cmp(&b.start))
+        });
+        for (k, t) in due {
+            let size = entry_bytes(k, t.start, t.figure);
+            if batch.entries.len() >= budget.max_entries || batch.bytes + size > budget.max_bytes {
+                batch.deferred += 1;
+                continue;
+            }
+            batch.bytes += size;
+            t.shipped = Some(t.figure);
+            t.shipped_at = now;
+            batch.entries.push(ShipEntry {
+                key: k.to_string(),
+                window_start: t.start,
+                count: t.figure,
+            });
+        }
+        batch
+    }
+
+    /// `(key, window)` figures held.
+    pub fn len(&self) -> usize {
+        self.keys.values().map(Vec::len).sum()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// Bytes of a protobuf varint.
+pub fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
+}
+
+/// Estimated bytes of one entry as a compact protobuf encodes it:
+///
+/// ```text
+/// message Entry { bytes key = 1; uint64 window_start_ms = 2; uint64 count = 3; }
+/// ```
+///
+/// repeated inside the message: a tag and a length prefix around the entry, a tag and a length
+/// before the key, a tag before each varint, and zero fields left out (proto3). Window starts
+/// travel in milliseconds (6 bytes for today's epoch). Compression is not counted: keys of one
+/// rule share long prefixes, so a compressing transport sends less.
+pub fn entry_bytes(key: &str, window_start: Micros, count: u64) -> usize {
+    let ms = window_start / MILLI;
+    let mut inner = 1 + varint_len(key.len() as u64) + key.len();
+    if ms > 0 {
+        inner += 1 + varint_len(ms);
+    }
+    if count > 0 {
+        inner += 1 + varint_len(count);
+    }
+    1 + varint_len(inner as u64) + inner
+}
+
+/// Estimated bytes of one shipped message from `region` carrying `entry_bytes` of entries:
+/// a format version (2), the region name (2 + length), a sequence number (up to 6) and the
+/// send time in milliseconds (7), then the entries.
+pub fn message_bytes(region: &str, entry_bytes: usize) -> usize {
+    2 + 2 + region.len() + 6 + 7 + entry_bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::Window;
+    use crate::time::SECOND;
+
+    const MIN: Micros = 60 * SECOND;
+
+    fn fixed(limit: u64) -> Params {
+        Params::FixedWindow {
+            limit,
+            window: Window::Epoch(MIN),
+        }
+    }
+
+    fn unbounded() -> Budget {
+        Budget {
+            max_bytes: usize::MAX,
+            max_entries: usize::MAX,
+            resend_after: 0,
+        }
+    }
+
+    #[test]
+    fn only_busy_changed_figures_ship() {
+        let mut u = LocalUsage::new();
+        let p = fixed(1000);
+        u.observe("quiet", &p, 10, 1, 100, 100); // exactly 10%: not above
+        u.observe("busy", &p, 10, 1, 101, 101);
+        let b = u.select(2, &unbounded());
+        assert_eq!(b.entries.len(), 1);
+        assert_eq!(b.entries[0].key, "busy");
+        assert_eq!(b.quiet, 1);
+        // Unchanged: nothing to send.
+        assert!(u.select(3, &unbounded()).entries.is_empty());
+        u.observe("busy", &p, 10, 4, 150, 150);
+        assert_eq!(u.select(5, &unbounded()).entries[0].count, 150);
+        // A threshold of 0 shares every key with any usage.
+        u.observe("quiet", &p, 0, 6, 100, 100);
+        assert_eq!(u.select(7, &unbounded()).entries[0].key, "quiet");
+    }
+
+    #[test]
+    fn nearest_the_limit_first_and_the_rest_deferred() {
+        let mut u = LocalUsage::new();
+        u.observe("a", &fixed(1000), 10, 1, 200, 200); // 20%
+        u.observe("b", &fixed(100), 10, 1, 90, 90); // 90%
+        u.observe("c", &fixed(1000), 10, 1, 500, 500); // 50%
+        let budget = Budget {
+            max_entries: 2,
+            ..unbounded()
+        };
+        let b = u.select(2, &budget);
+        let keys: Vec<&str> = b.entries.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["b", "c"]);
+        assert_eq!(b.deferred, 1);
+        // The deferred one goes next interval.
+        let b = u.select(3, &budget);
+        assert_eq!(b.entries[0].key, "a");
+        assert_eq!(b.deferred, 0);
+    }
+
+    #[test]
+    fn the_byte_budget_bounds_an_interval() {
+        let mut u = LocalUsage::new();
+        for i in 0..1000 {
+            u.observe(&format!("sl:{{k{i}}}:r"), &fixed(100), 10, 1, 50, 50);
+        }
+        let budget = Budget {
+            max_bytes: 1_000,
+            ..unbounded()
+        };
+        let b = u.select(2, &budget);
+        assert!(b.bytes <= 1_000);
+        assert_eq!(b.entries.len() + b.deferred, 1000);
+        assert_eq!(
+            b.bytes,
+            b.entries
+                .iter()
+                .map(|e| entry_bytes(&e.key, e.window_start, e.count))
+                .sum::<usize>()
+        );
+    }
+
+    #[test]
+    fn unchanged_figures_are_resent_after_a_while() {
+        let mut u = LocalUsage::new();
+        u.observe("k", &fixed(100), 10, 1, 50, 50);
+        let budget = Budget {
+            resend_after: SECOND,
+            ..unbounded()
+        };
+        assert_eq!(u.select(10, &budget).entries.len(), 1);
+        assert!(u.select(SECOND, &budget).entries.is_empty());
+        assert_eq!(u.select(SECOND + 10, &budget).entries.len(), 1);
+    }
+
+    #[test]
+    fn windows_roll_and_expire() {
+        let mut u = LocalUsage::new();
+        let p = fixed(100);
+        u.observe("k", &p, 10, 1, 50, 50);
+        u.observe("k", &p, 10, MIN + 1, 20, 20);
+        // The old window is over: only the new one ships.
+        let b = u.select(MIN + 2, &unbounded());
+        assert_eq!(b.entries.len(), 1);
+        assert_eq!(b.entries[0].window_start, MIN);
+        assert_eq!(u.len(), 1);
+        // A sliding window's previous count still matters after it rolls.
+        let s = Params::SlidingWindow {
+            limit: 100,
+            window: MIN,
+        };
+        u.observe("s", &s, 10, MIN - 1, 60, 60);
+        u.observe("s", &s, 10, MIN + 1, 1, 1);
+        let b = u.select(MIN + 2, &unbounded());
+        assert!(
+            b.entries
+                .iter()
+                .any(|e| e.key == "s" && e.window_start == 0 && e.count == 60)
+        );
+        assert_eq!(u.select(3 * MIN, &unbounded()).entries.len(), 0);
+        assert!(u.is_empty());
+    }
+
+    #[test]
+    fn buckets_ship_cumulative_figures_by_depletion() {
+        let mut u = LocalUsage::new();
+        let p = Params::TokenBucket {
+            rate_per_s: 10,
+            burst: 100,
+        };
+        u.observe("b", &p, 10, 1, 500, 50);
+        u.observe("b", &p, 10, 2, 480, 5); // figures never go down; depletion may
+        let b = u.select(3, &unbounded());
+        assert!(b.entries.is_empty(), "5% drained is not busy");
+        u.observe("b", &p, 10, 4, 530, 40);
+        let b = u.select(5, &unbounded());
+        assert_eq!(
+            b.entries,
+            vec![ShipEntry {
+                key: "b".into(),
+                window_start: 0,
+                count: 530
+            }]
+        );
+    }
+
+    #[test]
+    fn sizes_follow_protobuf() {
+        assert_eq!(varint_len(0), 1);
+        assert_eq!(varint_len(127), 1);
+        assert_eq!(varint_len(128), 2);
+        assert_eq!(varint_len(u64::MAX), 10);
+        // 1,700,000,000,000 ms needs 41 bits: 6 bytes.
+        let e = entry_bytes("sl:{a}:r", 1_700_000_000_000 * MILLI, 300);
+        assert_eq!(e, 1 + 1 + (1 + 1 + 8) + (1 + 6) + (1 + 2));
+        assert_eq!(entry_bytes("k", 0, 0), 1 + 1 + 3);
+    }
+}
