@@ -51,8 +51,12 @@ pub struct Config {
     pub store_timeout_ms: u64,
     /// Local fallback buckets hold this fraction of a rule's numbers (see docs/failure.md).
     pub local_factor: f64,
+    /// How long a stopping daemon waits for in-flight requests and open connections.
+    pub drain_timeout_ms: u64,
     /// Log filter (`info`, `sluiced=debug`, …); `RUST_LOG` wins.
     pub log: String,
+    /// Envoy rate limit service options (docs/envoy.md).
+    pub envoy: crate::envoy::EnvoyConfig,
 }
 
 impl Default for Config {
@@ -67,7 +71,9 @@ impl Default for Config {
             store: StoreConfig::default(),
             store_timeout_ms: 3,
             local_factor: 0.5,
+            drain_timeout_ms: 5_000,
             log: "info".into(),
+            envoy: crate::envoy::EnvoyConfig::default(),
         }
     }
 }

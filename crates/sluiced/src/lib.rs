@@ -10,10 +10,12 @@
 //! - [`engine`]: the hot path around the core.
 //! - [`http`]: HTTP JSON API, health, metrics.
 //! - [`grpc`]: `sluice.v1.Limiter`.
+//! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
 //! - [`metrics`]: Prometheus text exposition.
 
 pub mod config;
 pub mod engine;
+pub mod envoy;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
@@ -126,11 +128,13 @@ pub async fn run(
             sluice_proto::sluice::v1::limiter_server::LimiterServer::new(grpc::LimiterService {
                 engine: engine.clone(),
             });
+        let envoy_svc = envoy::RateLimitService::new(engine.clone(), cfg.envoy.clone()).server();
         let incoming =
             tonic::transport::server::TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
         tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(svc)
+                .add_service(envoy_svc)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stop.changed().await;
                 })
@@ -142,8 +146,19 @@ pub async fn run(
     shutdown.await;
     tracing::info!("shutting down: draining in-flight requests");
     let _ = stop_tx.send(true);
-    http.await.context("http task")?.context("http server")?;
-    grpc.await.context("grpc task")?.context("grpc server")?;
+    // Drain, but boundedly: a client holding an idle connection open must not keep a
+    // stopping daemon alive.
+    let drain = Duration::from_millis(cfg.drain_timeout_ms);
+    match tokio::time::timeout(drain, async { (http.await, grpc.await) }).await {
+        Ok((h, g)) => {
+            h.context("http task")?.context("http server")?;
+            g.context("grpc task")?.context("grpc server")?;
+        }
+        Err(_) => tracing::warn!(
+            timeout_ms = cfg.drain_timeout_ms,
+            "drain timed out; closing remaining connections"
+        ),
+    }
     let _ = watcher.await;
     let _ = sweeper.await;
     tracing::info!("stopped");

@@ -1,0 +1,535 @@
+//! Envoy's rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`,
+//! on the gRPC port, so an Envoy fleet moves to Sluice by changing the address of its
+//! `rate_limit_service` cluster (docs/envoy.md).
+//!
+//! # Mapping
+//!
+//! - Each Envoy descriptor (a list of entries) is one check through [`Engine::check`]: its
+//!   entries become Sluice descriptors (a key that repeats within one descriptor becomes
+//!   `key.2`, `key.3`, …), plus [`KEYS_DESCRIPTOR`] = the entry keys joined by `/`, which lets
+//!   rules imported from an envoyproxy/ratelimit config apply only at their own depth, as they
+//!   do there. Rules that do not name it ignore it.
+//! - `hits_addend` is the cost; 0 (unset) means 1, as in Envoy.
+//! - One [`DescriptorStatus`] per descriptor, in order: `OVER_LIMIT` when that check refused;
+//!   `current_limit`, `limit_remaining` and `duration_until_reset` from the refusing policy,
+//!   or else from the most restrictive one; `overall_code` is `OVER_LIMIT` if any descriptor
+//!   is. A policy with `headers: retry_only` never shows its numbers here either.
+//! - A descriptor's `limit` override replaces the rules for that descriptor, as Envoy's own
+//!   service does: the request is counted in a fixed window of one `unit` holding
+//!   `requests_per_unit`, keyed by the domain and every entry (rule id `envoy-override-<unit>`).
+//! - An unknown domain is allowed with no limit (envoyproxy/ratelimit does the same); an empty
+//!   domain, no descriptors, or bad entries are `INVALID_ARGUMENT`.
+//! - Envoy has no code for "could not decide". A fail-closed rule whose store failed answers,
+//!   by default, `OVER_LIMIT` with `Retry-After: 1` and a 503 problem body, so the request is
+//!   refused whatever Envoy's `failure_mode_deny` says; [`UnavailableAs::Error`] answers gRPC
+//!   `UNAVAILABLE` instead and leaves the choice to `failure_mode_deny`.
+//! - `response_headers_to_add` carries the core's headers ([`headers`]) for the whole request,
+//!   and `raw_body` the problem body of a refusal; both can be switched off.
+
+use crate::engine::{CheckError, Engine, now_micros};
+use serde::Deserialize;
+use sluice_core::Remote;
+use sluice_core::algo::{MAX_LIMIT, Params, Window};
+use sluice_core::decision::{Answer, Code, Decision, PolicyStatus, headers, plan, problem_json};
+use sluice_core::matching::Descriptors;
+use sluice_core::rules::{Domain, FailureMode, HeaderMode, Mode, Rule, Scope};
+use sluice_core::time::SECOND;
+use sluice_proto::envoy::config::core::v3::HeaderValue;
+use sluice_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use sluice_proto::envoy::service::ratelimit::v3 as rls;
+use sluice_proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code as RlsCode, DescriptorStatus, RateLimit, rate_limit::Unit,
+};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tonic::{Request, Response, Status};
+
+/// The synthetic descriptor naming an Envoy descriptor's entry keys, in order, joined by `/`.
+pub const KEYS_DESCRIPTOR: &str = "envoy.keys";
+
+/// Most descriptors one Envoy request may carry (Envoy sends a handful per route).
+pub const MAX_ENVOY_DESCRIPTORS: usize = 64;
+
+/// How a decision the store could not make (a fail-closed rule, `UNAVAILABLE`) reaches Envoy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnavailableAs {
+    /// `OVER_LIMIT` with `Retry-After: 1` and a 503 problem body: refused whatever Envoy's
+    /// `failure_mode_deny` says, which is what a fail-closed rule asks for.
+    #[default]
+    OverLimit,
+    /// gRPC status `UNAVAILABLE`: Envoy then applies its `failure_mode_deny` (default: allow).
+    Error,
+}
+
+/// The `envoy:` section of the daemon config.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvoyConfig {
+    /// Send the core's rate limit headers in `response_headers_to_add`.
+    pub response_headers: bool,
+    /// Send the problem body of a refusal in `raw_body`.
+    pub raw_body: bool,
+    /// How `UNAVAILABLE` decisions are answered.
+    pub unavailable_as: UnavailableAs,
+}
+
+impl Default for EnvoyConfig {
+    fn default() -> Self {
+        EnvoyConfig {
+            response_headers: true,
+            raw_body: true,
+            unavailable_as: UnavailableAs::OverLimit,
+        }
+    }
+}
+
+/// Why a request was refused as input.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvoyError {
+    /// The engine refused the descriptors.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// No descriptors.
+    #[error("rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    /// Too many descriptors.
+    #[error("too many descriptors: {0} (at most {MAX_ENVOY_DESCRIPTORS})")]
+    TooManyDescriptors(usize),
+    /// A descriptor without entries.
+    #[error("descriptor {0} has no entries")]
+    NoEntries(usize),
+    /// A `limit` override with an unknown unit.
+    #[error("descriptor {index}: limit override has unknown unit {unit}")]
+    BadUnit {
+        /// Descriptor position.
+        index: usize,
+        /// The unit as sent.
+        unit: i32,
+    },
+}
+
+/// The tonic service.
+pub struct RateLimitService {
+    /// The engine.
+    pub engine: Arc<Engine>,
+    /// Options.
+    pub config: EnvoyConfig,
+}
+
+impl RateLimitService {
+    /// A service over an engine.
+    pub fn new(engine: Arc<Engine>, config: EnvoyConfig) -> RateLimitService {
+        RateLimitService { engine, config }
+    }
+
+    /// The tonic server to add to the gRPC router.
+    pub fn server(self) -> rls::rate_limit_service_server::RateLimitServiceServer<Self> {
+        rls::rate_limit_service_server::RateLimitServiceServer::new(self)
+    }
+
+    /// Decides an Envoy request; `Err` only for bad input.
+    pub async fn decide(&self, req: rls::RateLimitRequest) -> Result<Outcome, EnvoyError> {
+        if req.domain.is_empty() {
+            return Err(CheckError::NoDomain.into());
+        }
+        if req.descriptors.is_empty() {
+            return Err(EnvoyError::NoDescriptors);
+        }
+        if req.descriptors.len() > MAX_ENVOY_DESCRIPTORS {
+            return Err(EnvoyError::TooManyDescriptors(req.descriptors.len()));
+        }
+        let cost = if req.hits_addend == 0 {
+            1
+        } else {
+            u64::from(req.hits_addend)
+        };
+        let domain = req.domain;
+        let mut decisions = Vec::with_capacity(req.descriptors.len());
+        if req.descriptors.len() == 1 {
+            for (i, d) in req.descriptors.into_iter().enumerate() {
+                decisions.push(self.descriptor(&domain, i, d, cost).await?);
+            }
+        } else {
+            let all = futures_util::future::join_all(
+                req.descriptors
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, d)| self.descriptor(&domain, i, d, cost)),
+            )
+            .await;
+            for d in all {
+                decisions.push(d?);
+            }
+        }
+        Ok(Outcome { decisions })
+    }
+
+    async fn descriptor(
+        &self,
+        domain: &str,
+        index: usize,
+        d: RateLimitDescriptor,
+        cost: u64,
+    ) -> Result<Decision, EnvoyError> {
+        if d.entries.is_empty() {
+            return Err(EnvoyError::NoEntries(index));
+        }
+        let (pairs, keys) = descriptors(d.entries);
+        let r = match d.limit {
+            Some(limit) => {
+                self.with_override(domain, index, pairs, keys, &limit, cost)
+                    .await
+            }
+            None => self
+                .engine
+                .check(domain, pairs, cost)
+                .await
+                .map(|c| c.decision)
+                .map_err(EnvoyError::from),
+        };
+        match r {
+            Err(EnvoyError::Check(CheckError::UnknownDomain(_))) => {
+                Ok(Decision::unlimited(self.engine.rules.version()))
+            }
+            r => r,
+        }
+    }
+
+    /// Counts a descriptor with a `limit` override in its own fixed window, through the same
+    /// core planning, store and local fallback as a rule.
+    async fn with_override(
+        &self,
+        domain: &str,
+        index: usize,
+        pairs: Vec<(String, String)>,
+        keys: Vec<String>,
+        limit: &RateLimitOverride,
+        cost: u64,
+    ) -> Result<Decision, EnvoyError> {
+        let (unit_name, unit_s) = match override_unit(limit.unit) {
+            Some(u) => u,
+            None => {
+                return Err(EnvoyError::BadUnit {
+                    index,
+                    unit: limit.unit,
+                });
+            }
+        };
+        if cost > MAX_LIMIT {
+            return Err(CheckError::Cost(cost).into());
+        }
+        let d = Descriptors::new(pairs).map_err(CheckError::from)?;
+        let rules = self.engine.rules.load();
+        if rules.domain(domain).is_none() {
+            return Err(CheckError::UnknownDomain(domain.chars().take(128).collect()).into());
+        }
+        let id = format!("envoy-override-{unit_name}");
+        let rule = Rule {
+            id: Arc::from(id.as_str()),
+            group: None,
+            matchers: Vec::new(),
+            key: keys,
+            params: Params::FixedWindow {
+                limit: u64::from(limit.requests_per_unit).min(MAX_LIMIT),
+                window: Window::Epoch(unit_s * SECOND),
+            },
+            mode: Mode::Enforce,
+            on_store_failure: FailureMode::Local,
+            scope: Scope::Region,
+            rollout_pct: 100,
+            headers: HeaderMode::Full,
+            charge_rejected: false,
+            share_threshold_pct: 10,
+            source: serde_json::Value::Null,
+        };
+        let synthetic = Domain::new(domain.to_string(), vec![rule], Vec::new());
+        let now = now_micros();
+        let p = plan(&synthetic, &d, now, cost, "envoy-override", |_| {
+            Remote::default()
+        });
+        let engine = &self.engine;
+        let mut answers = Vec::with_capacity(p.calls.len());
+        for (i, pc) in p.calls.iter().enumerate() {
+            let r = tokio::time::timeout(engine.store_timeout, engine.store.check(&pc.call)).await;
+            answers.push(match r {
+                Ok(Ok(r)) => Answer::Done(r),
+                _ => {
+                    engine.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                    Answer::Failed {
+                        local: p
+                            .fallback(i, engine.local_permille)
+                            .and_then(|c| engine.local.check_sync(&c).ok()),
+                    }
+                }
+            });
+        }
+        let decision = p.decide(rules.version, &answers);
+        let counter = match decision.code {
+            Code::Ok => &engine.metrics.checks_ok,
+            Code::OverLimit => &engine.metrics.checks_over_limit,
+            Code::Unavailable => &engine.metrics.checks_unavailable,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(decision)
+    }
+}
+
+/// The decisions of one Envoy request, one per descriptor in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// One per descriptor.
+    pub decisions: Vec<Decision>,
+}
+
+impl Outcome {
+    /// The decision for the whole request, as if one check had seen every policy: refused if
+    /// any descriptor was (the longest wait wins), `UNAVAILABLE` if one could not be decided,
+    /// and the policies of all descriptors, each rule id once (its most restrictive status).
+    pub fn combined(&self) -> Decision {
+        let version = self
+            .decisions
+            .iter()
+            .map(|d| d.rules_version)
+            .max()
+            .unwrap_or(0);
+        let mut out = Decision::unlimited(version);
+        let mut refused: Option<&Decision> = None;
+        let mut unavailable: Option<&Decision> = None;
+        for d in &self.decisions {
+            match d.code {
+                Code::OverLimit if refused.is_none_or(|r| d.retry_after_ms > r.retry_after_ms) => {
+                    refused = Some(d)
+                }
+                Code::Unavailable if unavailable.is_none() => unavailable = Some(d),
+                _ => {}
+            }
+            for p in &d.policies {
+                match out.policies.iter_mut().find(|q| q.id == p.id) {
+                    Some(q) if p.remaining < q.remaining => *q = p.clone(),
+                    Some(_) => {}
+                    None => out.policies.push(p.clone()),
+                }
+            }
+            for s in &d.shadow_denied {
+                if !out.shadow_denied.contains(s) {
+                    out.shadow_denied.push(s.clone());
+                }
+            }
+        }
+        if let Some(d) = refused.or(unavailable) {
+            out.code = d.code;
+            out.retry_after_ms = d.retry_after_ms;
+            out.decided_by = d.decided_by.clone();
+        }
+        out
+    }
+
+    /// The wire response, or the gRPC status Envoy should see.
+    pub fn response(&self, cfg: &EnvoyConfig) -> Result<rls::RateLimitResponse, Status> {
+        let all = self.combined();
+        if all.code == Code::Unavailable && cfg.unavailable_as == UnavailableAs::Error {
+            return Err(Status::unavailable(format!(
+                "rule {} could not be decided: its store is unavailable and it fails closed",
+                all.decided_by.as_deref().unwrap_or("?")
+            )));
+        }
+        let statuses: Vec<DescriptorStatus> =
+            self.decisions.iter().map(descriptor_status).collect();
+        let overall = if all.code == Code::Ok {
+            RlsCode::Ok
+        } else {
+            RlsCode::OverLimit
+        };
+        let mut response_headers_to_add = Vec::new();
+        if cfg.response_headers {
+            response_headers_to_add = headers(&all)
+                .into_iter()
+                .map(|(k, v)| header(k, v))
+                .collect();
+        }
+        let mut raw_body = Vec::new();
+        if cfg.raw_body && all.code != Code::Ok {
+            raw_body = problem_json(&all).into_bytes();
+            response_headers_to_add.push(header("Content-Type", "application/problem+json".into()));
+        }
+        Ok(rls::RateLimitResponse {
+            overall_code: overall as i32,
+            statuses,
+            response_headers_to_add,
+            request_headers_to_add: Vec::new(),
+            raw_body,
+            dynamic_metadata: None,
+            quota: None,
+        })
+    }
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_string(),
+        value,
+        raw_value: Vec::new(),
+    }
+}
+
+/// An Envoy descriptor's entries as Sluice descriptors plus [`KEYS_DESCRIPTOR`], and the
+/// (renamed) keys in order.
+pub fn descriptors(
+    entries: Vec<
+        sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry,
+    >,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(entries.len() + 1);
+    let mut path = String::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        if i > 0 {
+            path.push('/');
+        }
+        path.push_str(&e.key);
+        let seen = pairs.iter().filter(|(k, _)| {
+            *k == e.key
+                || k.strip_prefix(e.key.as_str())
+                    .is_some_and(|s| is_repeat_suffix(s))
+        });
+        let n = seen.count();
+        let key = if n == 0 {
+            e.key
+        } else {
+            format!("{}.{}", e.key, n + 1)
+        };
+        pairs.push((key, e.value));
+    }
+    let keys = pairs.iter().map(|(k, _)| k.clone()).collect();
+    pairs.push((KEYS_DESCRIPTOR.to_string(), path));
+    (pairs, keys)
+}
+
+fn is_repeat_suffix(s: &str) -> bool {
+    s.strip_prefix('.')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The window of a `limit` override's unit: its name and length in seconds. Month and year
+/// are 30 and 365 days, as in envoyproxy/ratelimit.
+pub fn override_unit(unit: i32) -> Option<(&'static str, u64)> {
+    use sluice_proto::envoy::r#type::v3::RateLimitUnit as U;
+    match U::try_from(unit).ok()? {
+        U::Unknown => None,
+        U::Second => Some(("second", 1)),
+        U::Minute => Some(("minute", 60)),
+        U::Hour => Some(("hour", 3_600)),
+        U::Day => Some(("day", 86_400)),
+        U::Week => Some(("week", 7 * 86_400)),
+        U::Month => Some(("month", 30 * 86_400)),
+        U::Year => Some(("year", 365 * 86_400)),
+    }
+}
+
+const UNITS: [(Unit, u64); 7] = [
+    (Unit::Second, 1),
+    (Unit::Minute, 60),
+    (Unit::Hour, 3_600),
+    (Unit::Day, 86_400),
+    (Unit::Week, 7 * 86_400),
+    (Unit::Month, 30 * 86_400),
+    (Unit::Year, 365 * 86_400),
+];
+
+/// A policy as Envoy's `RateLimit`: the unit closest to its window (by ratio), and the
+/// quota scaled to that unit (exact when the window is one unit; rounded, at least 1, else).
+pub fn rate_limit(p: &PolicyStatus) -> RateLimit {
+    let w = p.window_s.max(1);
+    let ratio = |u: u64| {
+        let (a, b) = (w.max(u) as f64, w.min(u) as f64);
+        a / b
+    };
+    let (unit, unit_s) = UNITS
+        .iter()
+        .copied()
+        .min_by(|a, b| ratio(a.1).total_cmp(&ratio(b.1)))
+        .unwrap_or((Unit::Second, 1));
+    let scaled = if unit_s == w {
+        p.limit
+    } else {
+        let v = (u128::from(p.limit) * u128::from(unit_s) + u128::from(w) / 2) / u128::from(w);
+        (v as u64).max(u64::from(p.limit > 0))
+    };
+    RateLimit {
+        name: p.id.to_string(),
+        requests_per_unit: u32::try_from(scaled).unwrap_or(u32::MAX),
+        unit: unit as i32,
+    }
+}
+
+/// The status of one descriptor: its code, and the numbers of the refusing policy or else
+/// the most restrictive one the client may see.
+pub fn descriptor_status(d: &Decision) -> DescriptorStatus {
+    let code = if d.code == Code::Ok {
+        RlsCode::Ok
+    } else {
+        RlsCode::OverLimit
+    };
+    let deciding = d
+        .decided_by
+        .as_ref()
+        .and_then(|id| d.policies.iter().find(|p| p.id == *id));
+    let shown = match deciding {
+        Some(p) => Some(p),
+        None => d
+            .policies
+            .iter()
+            .filter(|p| p.headers == HeaderMode::Full)
+            .min_by(|a, b| {
+                a.remaining.cmp(&b.remaining).then(
+                    (u128::from(a.remaining) * u128::from(b.limit))
+                        .cmp(&(u128::from(b.remaining) * u128::from(a.limit))),
+                )
+            }),
+    };
+    match shown {
+        None => DescriptorStatus {
+            code: code as i32,
+            ..Default::default()
+        },
+        Some(p) if p.headers == HeaderMode::RetryOnly => DescriptorStatus {
+            code: code as i32,
+            current_limit: None,
+            limit_remaining: 0,
+            duration_until_reset: Some(duration(p.reset_s)),
+            quota: None,
+        },
+        Some(p) => DescriptorStatus {
+            code: code as i32,
+            current_limit: Some(rate_limit(p)),
+            limit_remaining: u32::try_from(p.remaining).unwrap_or(u32::MAX),
+            duration_until_reset: Some(duration(p.reset_s)),
+            quota: None,
+        },
+    }
+}
+
+fn duration(secs: u64) -> sluice_proto::prost_types::Duration {
+    sluice_proto::prost_types::Duration {
+        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+#[tonic::async_trait]
+impl rls::rate_limit_service_server::RateLimitService for RateLimitService {
+    async fn should_rate_limit(
+        &self,
+        req: Request<rls::RateLimitRequest>,
+    ) -> Result<Response<rls::RateLimitResponse>, Status> {
+        let outcome = self.decide(req.into_inner()).await.map_err(|e| {
+            self.engine
+                .metrics
+                .bad_requests
+                .fetch_add(1, Ordering::Relaxed);
+            Status::invalid_argument(e.to_string())
+        })?;
+        outcome.response(&self.config).map(Response::new)
+    }
+}

@@ -1,0 +1,270 @@
+//! `sluiced` on its embedded default, end to end: the README's promise, bad input, rule
+//! reloads, gRPC, metrics, SIGTERM.
+
+use serde_json::{Value, json};
+use sluice_testkit::{Daemon, cargo_bin, free_ports, http_request};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+struct Running {
+    daemon: Daemon,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    rules: PathBuf,
+}
+
+const RULES: &str = r#"
+domain: public-api
+rules:
+  - id: burst
+    key: [api_key]
+    algorithm: token_bucket
+    rate_per_s: 1
+    burst: 20
+  - id: login
+    match: { route: "POST /v1/login" }
+    key: [user]
+    algorithm: sliding_log
+    limit: 2
+    window: 1m
+    headers: retry_only
+"#;
+
+fn start(rules: &str) -> Running {
+    let ports = free_ports(2);
+    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
+    let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
+    let dir = std::env::temp_dir().join(format!("sluice-e2e-{}-{}", std::process::id(), ports[0]));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, rules).expect("write rules");
+    let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)");
+    let mut daemon = Daemon::spawn(
+        bin,
+        &[
+            "--rules",
+            path.to_str().expect("utf-8 path"),
+            "--http-addr",
+            &http.to_string(),
+            "--grpc-addr",
+            &grpc.to_string(),
+        ],
+        &[("RUST_LOG", "info")],
+    )
+    .expect("spawn sluiced");
+    daemon
+        .wait_http_ok(http, "/healthz", Duration::from_secs(20))
+        .expect("sluiced becomes healthy");
+    Running {
+        daemon,
+        http,
+        grpc,
+        rules: path,
+    }
+}
+
+fn check(http: SocketAddr, body: &Value) -> (u16, Value) {
+    let r = http_request(
+        http,
+        "POST",
+        "/v1/limits:check",
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .expect("http request");
+    let v: Value = serde_json::from_slice(&r.body).expect("json body");
+    (r.status, v)
+}
+
+fn key(k: &str) -> Value {
+    json!({"domain": "public-api", "descriptors": {"api_key": k}})
+}
+
+#[test]
+fn twenty_of_twenty_five_then_retry_after_one_and_other_keys_unaffected() {
+    let r = start(RULES);
+    let mut allowed = 0;
+    let mut denials = Vec::new();
+    for _ in 0..25 {
+        let (status, v) = check(r.http, &key("k_8f2a"));
+        assert_eq!(status, 200);
+        if v["allowed"] == json!(true) {
+            allowed += 1;
+        } else {
+            denials.push(v);
+        }
+    }
+    // A burst of 25 takes well under a second, so at most one token refills.
+    assert!((20..=21).contains(&allowed), "allowed {allowed}");
+    assert!(!denials.is_empty());
+    for d in &denials {
+        assert_eq!(d["code"], "OVER_LIMIT");
+        assert_eq!(d["decided_by"], "burst");
+        let ms = d["retry_after_ms"].as_u64().expect("retry_after_ms");
+        assert!(ms > 0 && ms <= 1000, "retry_after_ms {ms}");
+        assert_eq!(d["headers"]["Retry-After"], "1");
+        assert_eq!(d["headers"]["RateLimit-Policy"], "\"burst\";q=20;w=20");
+        assert_eq!(d["policies"][0]["remaining"], 0);
+    }
+    let (_, other) = check(r.http, &key("k_other"));
+    assert_eq!(other["allowed"], true);
+    assert_eq!(other["policies"][0]["remaining"], 19);
+    assert!(other["headers"].get("Retry-After").is_none());
+}
+
+#[test]
+fn retry_only_rules_reveal_nothing_but_retry_after() {
+    let r = start(RULES);
+    let body =
+        json!({"domain": "public-api", "descriptors": {"route": "POST /v1/login", "user": "u1"}});
+    for _ in 0..2 {
+        assert_eq!(check(r.http, &body).1["allowed"], true);
+    }
+    let (_, v) = check(r.http, &body);
+    assert_eq!(v["allowed"], false);
+    let headers = v["headers"].as_object().expect("headers");
+    assert_eq!(headers.keys().collect::<Vec<_>>(), vec!["Retry-After"]);
+}
+
+#[test]
+fn bad_input_is_a_400_with_a_message_never_a_500() {
+    let r = start(RULES);
+    let long = "x".repeat(300);
+    let many: serde_json::Map<String, Value> =
+        (0..40).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let cases: Vec<(&[u8], &str)> = vec![
+        (b"{\"domain\":", "invalid check body"),
+        (b"not json", "invalid check body"),
+        (
+            b"{\"domain\":\"public-api\",\"descriptors\":{\"a\":1}}",
+            "invalid check body",
+        ),
+        (b"{\"domain\":\"public-api\",\"cots\":1}", "unknown field"),
+        (b"{\"domain\":\"nope\"}", "unknown domain"),
+        (
+            b"{\"domain\":\"public-api\",\"cost\":-1}",
+            "invalid check body",
+        ),
+        (
+            b"{\"domain\":\"public-api\",\"cost\":99999999999}",
+            "out of range",
+        ),
+    ];
+    let long_body = json!({"domain": "public-api", "descriptors": {"api_key": long}}).to_string();
+    let many_body = json!({"domain": "public-api", "descriptors": many}).to_string();
+    let mut all = cases;
+    all.push((long_body.as_bytes(), "longer than"));
+    all.push((many_body.as_bytes(), "too many descriptors"));
+    for (body, want) in all {
+        let resp = http_request(r.http, "POST", "/v1/limits:check", &[], body).expect("request");
+        let text = resp.text();
+        assert_eq!(
+            resp.status,
+            400,
+            "{} -> {text}",
+            String::from_utf8_lossy(body)
+        );
+        assert!(
+            text.contains(want),
+            "{} -> {text}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    // Still serving.
+    assert_eq!(check(r.http, &key("k")).0, 200);
+}
+
+#[test]
+fn a_valid_rules_change_goes_live_and_an_invalid_one_is_refused() {
+    let mut r = start(RULES);
+    std::fs::write(&r.rules, RULES.replace("burst: 20", "burst: 3")).expect("write");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, v) = check(r.http, &key("fresh"));
+        if v["policies"][0]["limit"] == 3 {
+            assert_eq!(v["rules_version"], 1);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "reload not seen: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(
+        &r.rules,
+        "domain: public-api\nrules:\n  - { id: x, algorithm: leaky }\n",
+    )
+    .expect("write");
+    r.daemon
+        .wait_log_contains("rules file refused", Duration::from_secs(10))
+        .expect("refusal is logged");
+    assert!(
+        r.daemon.logs().contains("x: algorithm: unknown algorithm"),
+        "{}",
+        r.daemon.logs()
+    );
+    let (_, v) = check(r.http, &key("fresh2"));
+    assert_eq!(
+        v["policies"][0]["limit"], 3,
+        "the last good rules keep serving"
+    );
+}
+
+#[test]
+fn grpc_check_metrics_and_sigterm() {
+    use sluice_proto::sluice::v1::{CheckRequest, limiter_client::LimiterClient};
+    let mut r = start(RULES);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut client = LimiterClient::connect(format!("http://{}", r.grpc))
+            .await
+            .expect("connect");
+        let mut allowed = 0;
+        for _ in 0..25 {
+            let resp = client
+                .check(CheckRequest {
+                    domain: "public-api".into(),
+                    descriptors: [("api_key".to_string(), "g1".to_string())].into(),
+                    cost: None,
+                })
+                .await
+                .expect("check")
+                .into_inner();
+            if resp.allowed {
+                allowed += 1;
+            } else {
+                assert_eq!(resp.decided_by, "burst");
+                assert_eq!(
+                    resp.headers.get("Retry-After").map(String::as_str),
+                    Some("1")
+                );
+            }
+        }
+        assert!((20..=21).contains(&allowed));
+        let err = client
+            .check(CheckRequest {
+                domain: "nope".into(),
+                descriptors: Default::default(),
+                cost: Some(1),
+            })
+            .await
+            .expect_err("unknown domain");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    });
+    let m = sluice_testkit::http_get(r.http, "/metrics")
+        .expect("metrics")
+        .text();
+    assert!(
+        m.contains("sluice_decisions_total{rule=\"burst\",outcome=\"over_limit\"}"),
+        "{m}"
+    );
+    assert!(m.contains("sluice_check_duration_seconds_bucket"));
+    let status = r
+        .daemon
+        .terminate(Duration::from_secs(10))
+        .expect("exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    assert!(r.daemon.logs().contains("stopped"));
+}
