@@ -9,12 +9,16 @@
 //!
 //! - [`Store`]: the async seam the daemon calls, object-safe so the store is chosen at start.
 //! - [`memory`]: the sharded in-memory store (the embedded default, local buckets, the sim).
-//! - `redis` (feature `redis`): standalone and Cluster stores running `lua/`.
+//! - [`redis`] (feature `redis`): standalone and Cluster stores running `lua/`.
 //! - [`StoreError`]: failures, classified retryable or permanent.
 
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use redis::{RedisClusterStore, RedisConfig, RedisStore};
 
 use sluice_core::Micros;
 use sluice_core::batch::{Call, CallResult};

@@ -1,0 +1,246 @@
+//! The Redis stores: a fleet of daemons sharing one exact count per key.
+//!
+//! Every call runs `lua/check.lua` with one `EVALSHA` (reloaded by `EVAL` when a restarted or
+//! failed-over Redis answers `NOSCRIPT`), over one multiplexed connection per node that
+//! pipelines concurrent calls. The arithmetic is the core's, transcribed into Lua and held to
+//! it by the differential test; this module only moves calls and replies and classifies
+//! failures. Key layout, the clock decision, timeouts and memory per key: `docs/redis.md`.
+//!
+//! # Layout
+//!
+//! - [`RedisConfig`] and [`connect`]: what the daemon calls at start.
+//! - [`RedisStore`]: one standalone Redis (or a primary behind a proxy/sentinel address).
+//! - [`RedisClusterStore`]: a Redis Cluster; MOVED/ASK handled by the redis crate's client,
+//!   [`Store::shard_of`] answered from a slot map this store refreshes.
+//! - [`item_keys`] / [`key_slot`]: the keys an item touches and their Cluster slot.
+
+mod cluster;
+mod script;
+mod slot;
+mod standalone;
+
+pub use cluster::RedisClusterStore;
+pub use script::{
+    CHECK_SCRIPT, RELEASE_SCRIPT, ScriptCall, decode_check, encode_check, item_keys, script_sha,
+};
+pub use slot::key_slot;
+pub use standalone::RedisStore;
+
+use crate::{Store, StoreError};
+use redis::aio::ConnectionLike;
+use script::{Script, classify, decode_release};
+use sluice_core::Micros;
+use sluice_core::batch::{Call, CallResult};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How to reach Redis. The daemon maps its `store:` config and `--redis` flags onto it.
+///
+/// AUTH and TLS come through the URL (`redis://user:pass@host:6379/0`; `rediss://` needs the
+/// redis crate's TLS feature, which this build leaves out: see `docs/redis.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// One URL for a standalone Redis; the seed nodes of a Cluster.
+    pub urls: Vec<String>,
+    /// Whether `urls` are Redis Cluster seed nodes.
+    pub cluster: bool,
+    /// Deadline of one store call, whole (the hot path's budget, not a per-attempt figure).
+    pub timeout_ms: u64,
+    /// Deadline of establishing one connection.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            urls: vec!["redis://127.0.0.1:6379/".to_string()],
+            cluster: false,
+            timeout_ms: 3,
+            connect_timeout_ms: 100,
+        }
+    }
+}
+
+impl RedisConfig {
+    /// A standalone config for `url` with the default timeouts.
+    pub fn standalone(url: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            urls: vec![url.into()],
+            ..RedisConfig::default()
+        }
+    }
+
+    /// A Cluster config for the seed `urls` with the default timeouts.
+    pub fn cluster(urls: impl IntoIterator<Item = impl Into<String>>) -> RedisConfig {
+        RedisConfig {
+            urls: urls.into_iter().map(Into::into).collect(),
+            cluster: true,
+            ..RedisConfig::default()
+        }
+    }
+
+    fn validate(&self) -> Result<(), StoreError> {
+        if self.urls.is_empty() {
+            return Err(StoreError::Server("redis: no URL configured".into()));
+        }
+        if !self.cluster && self.urls.len() > 1 {
+            return Err(StoreError::Server(format!(
+                "redis: {} URLs given for a standalone Redis; set cluster for seed nodes",
+                self.urls.len()
+            )));
+        }
+        if self.timeout_ms == 0 || self.connect_timeout_ms == 0 {
+            return Err(StoreError::Server(
+                "redis: timeout_ms and connect_timeout_ms must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+}
+
+/// Builds the store the config names: [`RedisStore`] for one URL, [`RedisClusterStore`] when
+/// `cluster` is set.
+///
+/// Fails only on a configuration that can never work (no URL, an unparsable URL, a zero
+/// timeout). A Redis that is down at start is not an error: connections are made lazily and
+/// re-made in the background, calls fail with [`StoreError::Unavailable`] / `Timeout` until
+/// it answers, and each rule's `on_store_failure` decides meanwhile. Must be called inside a
+/// tokio runtime.
+pub async fn connect(cfg: &RedisConfig) -> Result<Arc<dyn Store>, StoreError> {
+    if cfg.cluster {
+        Ok(Arc::new(RedisClusterStore::connect(cfg).await?))
+    } else {
+        Ok(Arc::new(RedisStore::connect(cfg).await?))
+    }
+}
+
+/// What both stores share: the scripts, the deadline, the NOSCRIPT counter.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    check: Script,
+    release: Script,
+    timeout: Duration,
+    timeout_ms: u64,
+    noscript: AtomicU64,
+}
+
+impl Engine {
+    pub(crate) fn new(cfg: &RedisConfig) -> Engine {
+        Engine {
+            check: Script::new(CHECK_SCRIPT),
+            release: Script::new(RELEASE_SCRIPT),
+            timeout: cfg.timeout(),
+            timeout_ms: cfg.timeout_ms,
+            noscript: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn noscript_reloads(&self) -> u64 {
+        self.noscript.load(Ordering::Relaxed)
+    }
+
+    /// `EVALSHA`, and on `NOSCRIPT` one `EVAL` of the body (which also caches it on that node),
+    /// all within the call's deadline.
+    async fn eval<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<redis::Value, StoreError> {
+        let cmd = |verb: &str, script_arg: &str| {
+            let mut c = redis::cmd(verb);
+            c.arg(script_arg).arg(keys.len()).arg(keys).arg(args);
+            c
+        };
+        let attempt = async {
+            match cmd("EVALSHA", &script.sha).query_async(conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    self.noscript.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!("redis answered NOSCRIPT; reloading the script by EVAL");
+                    cmd("EVAL", script.body).query_async(conn).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Err(_) => Err(StoreError::Timeout(self.timeout_ms)),
+            Ok(Err(e)) => Err(classify(&e, keys, self.timeout_ms)),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+
+    pub(crate) async fn check<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        call: &Call,
+    ) -> Result<CallResult, StoreError> {
+        if call.items.is_empty() {
+            return Ok(CallResult {
+                allowed: true,
+                outcomes: Vec::new(),
+            });
+        }
+        let enc = encode_check(call)?;
+        let reply = self.eval(conn, &self.check, &enc.keys, &enc.args).await?;
+        decode_check(call, &reply)
+    }
+
+    pub(crate) async fn release<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        request_id: &str,
+        now: Micros,
+    ) -> Result<bool, StoreError> {
+        if now > script::MAX_EXACT {
+            return Err(StoreError::Server(format!("now = {now} exceeds 2^53")));
+        }
+        let keys = [key.to_string()];
+        let args = [now.to_string(), request_id.to_string()];
+        let reply = self.eval(conn, &self.release, &keys, &args).await?;
+        decode_release(&reply)
+    }
+
+    /// Loads both scripts on one node so the first calls need no `EVAL` fallback.
+    pub(crate) async fn preload<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+    ) -> Result<(), StoreError> {
+        for s in [&self.check, &self.release] {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(s.body);
+            let fut = cmd.query_async::<String>(conn);
+            match tokio::time::timeout(self.timeout.max(Duration::from_millis(500)), fut).await {
+                Err(_) => return Err(StoreError::Timeout(self.timeout_ms)),
+                Ok(Err(e)) => return Err(classify(&e, &[], self.timeout_ms)),
+                Ok(Ok(_)) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A URL's parse error is permanent configuration trouble.
+pub(crate) fn bad_url(url: &str, e: &redis::RedisError) -> StoreError {
+    StoreError::Server(format!("redis: bad URL {}: {e}", redact(url)))
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}

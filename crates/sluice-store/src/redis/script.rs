@@ -1,0 +1,331 @@
+//! The Lua scripts, the Redis keys an item touches, and the encoding of a [`Call`] into one
+//! `EVALSHA` and of its reply back into a [`CallResult`].
+//!
+//! Kept apart from the connections so the standalone and Cluster stores share it, and so the
+//! key layout (which tests and operators need) has one definition.
+
+use crate::StoreError;
+use sluice_core::algo::Kind;
+use sluice_core::batch::{Call, CallResult, Item};
+use sluice_core::{Micros, Outcome, Params};
+
+/// `lua/check.lua`: `batch::apply` and every algorithm, one call per identity.
+pub const CHECK_SCRIPT: &str = include_str!("../../../../lua/check.lua");
+/// `lua/release.lua`: frees a concurrency slot.
+pub const RELEASE_SCRIPT: &str = include_str!("../../../../lua/release.lua");
+
+/// Fields per item in ARGV (see the header of `lua/check.lua`).
+const STRIDE: usize = 9;
+/// Outcome fields per item in the reply.
+const OUT: usize = 7;
+/// The largest integer a Lua double holds exactly.
+pub(crate) const MAX_EXACT: u64 = (1 << 53) - 1;
+
+/// A script with its SHA1, computed once, for `EVALSHA` with `EVAL` as the fallback.
+#[derive(Debug, Clone)]
+pub(crate) struct Script {
+    pub(crate) body: &'static str,
+    pub(crate) sha: String,
+}
+
+impl Script {
+    pub(crate) fn new(body: &'static str) -> Script {
+        Script {
+            body,
+            sha: script_sha(body),
+        }
+    }
+}
+
+/// The SHA1 of a script body, as `EVALSHA` names it (`script_sha(CHECK_SCRIPT)`).
+pub fn script_sha(body: &str) -> String {
+    redis::Script::new(body).get_hash().to_string()
+}
+
+/// The algorithm's code in ARGV.
+fn code(kind: Kind) -> u64 {
+    match kind {
+        Kind::TokenBucket => 1,
+        Kind::Gcra => 2,
+        Kind::FixedWindow => 3,
+        Kind::SlidingWindow => 4,
+        Kind::SlidingLog => 5,
+        Kind::Concurrency => 6,
+    }
+}
+
+/// Start of the sliding window holding `now` (as `sliding_window.rs` computes it).
+fn sliding_start(now: Micros, window: Micros) -> Micros {
+    now - now % window
+}
+
+/// The Redis keys one item reads and writes at `now`, in the order the script expects.
+///
+/// A fixed window counts in `<key>:<window start µs>`; a sliding window reads the current
+/// and the previous window's counters; every other algorithm lives in `<key>` itself. All
+/// keep the item key's `{identity}` hash tag, so one call stays in one Cluster slot.
+pub fn item_keys(item: &Item, now: Micros) -> Vec<String> {
+    match &item.params {
+        Params::FixedWindow { window, .. } => {
+            let (start, _) = window.bounds(now);
+            vec![format!("{}:{start}", item.key)]
+        }
+        Params::SlidingWindow { window, .. } => {
+            let start = sliding_start(now, *window);
+            // Before the epoch's second window there is no previous one: a key never written.
+            let prev = i128::from(start) - i128::from(*window);
+            vec![
+                format!("{}:{start}", item.key),
+                format!("{}:{prev}", item.key),
+            ]
+        }
+        _ => vec![item.key.clone()],
+    }
+}
+
+/// Checks a number fits the script's exact arithmetic.
+fn exact(what: &str, v: u64) -> Result<u64, StoreError> {
+    if v > MAX_EXACT {
+        return Err(StoreError::Server(format!(
+            "{what} = {v} exceeds 2^53, the exact range of the Lua scripts"
+        )));
+    }
+    Ok(v)
+}
+
+/// The KEYS and ARGV of one call's `EVALSHA` of `lua/check.lua`.
+///
+/// Public so tests, benchmarks (`redis-benchmark` running the same script) and operators can
+/// run the script by hand with exactly the store's encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptCall {
+    /// The Redis keys, in the order the script reads them (see [`item_keys`]).
+    pub keys: Vec<String>,
+    /// now, cost, request id, item count, then nine fields per item.
+    pub args: Vec<String>,
+}
+
+/// Encodes a call for `lua/check.lua`. Refuses numbers the script cannot hold exactly
+/// (above 2^53, or a cost above [`sluice_core::algo::MAX_LIMIT`]) rather than round them.
+pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
+    // A cost above any limit never fits; bounding it keeps cost × 10^6 exact in Lua.
+    if call.cost > sluice_core::algo::MAX_LIMIT {
+        return Err(StoreError::Server(format!(
+            "cost {} is above the largest limit {}",
+            call.cost,
+            sluice_core::algo::MAX_LIMIT
+        )));
+    }
+    let now = exact("now", call.now)?;
+    let mut keys = Vec::with_capacity(call.items.len() + 1);
+    let mut args = Vec::with_capacity(4 + STRIDE * call.items.len());
+    args.push(now.to_string());
+    args.push(call.cost.to_string());
+    args.push(call.request_id.clone());
+    args.push(call.items.len().to_string());
+    for item in &call.items {
+        keys.extend(item_keys(item, now));
+        let (p1, p2, wstart, wend) = match &item.params {
+            Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
+                (*rate_per_s, *burst, 0, 0)
+            }
+            Params::FixedWindow { limit, window } => {
+                let (s, e) = window.bounds(now);
+                (*limit, window.nominal(), s, e)
+            }
+            Params::SlidingWindow { limit, window } => {
+                let s = sliding_start(now, *window);
+                (*limit, *window, s, s + window)
+            }
+            Params::SlidingLog { limit, window } => (*limit, *window, 0, 0),
+            Params::Concurrency { limit, timeout } => (*limit, *timeout, 0, 0),
+        };
+        let fields = [
+            code(item.params.kind()),
+            exact("parameter", p1)?,
+            exact("parameter", p2)?,
+            u64::from(item.enforce),
+            u64::from(item.charge_rejected),
+            exact("remote.cur", item.remote.cur)?,
+            exact("remote.prev", item.remote.prev)?,
+            exact("window start", wstart)?,
+            exact("window end", wend)?,
+        ];
+        debug_assert_eq!(fields.len(), STRIDE);
+        args.extend(fields.iter().map(u64::to_string));
+    }
+    Ok(ScriptCall { keys, args })
+}
+
+fn int(v: &redis::Value) -> Option<u64> {
+    match v {
+        redis::Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+/// Decodes `lua/check.lua`'s reply (`allowed`, then seven outcome fields per item) for the
+/// call it answers.
+pub fn decode_check(call: &Call, reply: &redis::Value) -> Result<CallResult, StoreError> {
+    let bad = |why: &str| StoreError::Server(format!("unexpected reply from check.lua: {why}"));
+    let redis::Value::Array(vals) = reply else {
+        return Err(bad("not an array"));
+    };
+    if vals.len() != 1 + OUT * call.items.len() {
+        return Err(bad(&format!(
+            "{} values for {} items",
+            vals.len(),
+            call.items.len()
+        )));
+    }
+    let nums: Vec<u64> = vals
+        .iter()
+        .map(int)
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(|| bad("a value is not a non-negative integer"))?;
+    let outcomes = nums[1..]
+        .chunks_exact(OUT)
+        .map(|o| Outcome {
+            allowed: o[0] == 1,
+            limit: o[1],
+            remaining: o[2],
+            reset: o[3],
+            retry_after: o[4],
+            window: o[5],
+            usage: o[6],
+        })
+        .collect();
+    Ok(CallResult {
+        allowed: nums[0] == 1,
+        outcomes,
+    })
+}
+
+/// Decodes `lua/release.lua`'s reply.
+pub(crate) fn decode_release(reply: &redis::Value) -> Result<bool, StoreError> {
+    match int(reply) {
+        Some(n) => Ok(n == 1),
+        None => Err(StoreError::Server(format!(
+            "unexpected reply from release.lua: {reply:?}"
+        ))),
+    }
+}
+
+/// Maps a Redis error to a classified [`StoreError`]. `keys` are the call's keys, so a
+/// `SLUICE_CORRUPT <index>` reply names the key.
+pub(crate) fn classify(err: &redis::RedisError, keys: &[String], timeout_ms: u64) -> StoreError {
+    if err.is_timeout() {
+        return StoreError::Timeout(timeout_ms);
+    }
+    if err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_unrecoverable_error() && err.code().is_none()
+    {
+        return StoreError::Unavailable(err.to_string());
+    }
+    match err.code() {
+        Some("SLUICE_CORRUPT") => {
+            let detail = err.detail().unwrap_or_default();
+            let (idx, rest) = detail.split_once(' ').unwrap_or((detail, ""));
+            let key = idx
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| keys.get(i.wrapping_sub(1)))
+                .cloned()
+                .unwrap_or_else(|| format!("KEYS[{idx}]"));
+            StoreError::Corrupt {
+                key,
+                detail: rest.to_string(),
+            }
+        }
+        Some("WRONGTYPE") => StoreError::Corrupt {
+            key: keys.join(" "),
+            detail: err.to_string(),
+        },
+        Some("OOM") => StoreError::Full(err.to_string()),
+        Some(
+            "BUSY" | "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "MOVED"
+            | "ASK",
+        ) => StoreError::Unavailable(err.to_string()),
+        _ => StoreError::Server(err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Remote;
+    use sluice_core::algo::Window;
+    use sluice_core::time::SECOND;
+
+    fn item(params: Params) -> Item {
+        Item {
+            key: "sl:{d|k=v}:r".into(),
+            params,
+            enforce: true,
+            charge_rejected: false,
+            remote: Remote::default(),
+        }
+    }
+
+    #[test]
+    fn keys_carry_the_hash_tag_and_window_starts() {
+        let now = 1_700_000_061 * SECOND;
+        let fw = item(Params::FixedWindow {
+            limit: 1,
+            window: Window::Epoch(60 * SECOND),
+        });
+        assert_eq!(
+            item_keys(&fw, now),
+            vec![format!("sl:{{d|k=v}}:r:{}", 1_700_000_040 * SECOND)]
+        );
+        let sw = item(Params::SlidingWindow {
+            limit: 1,
+            window: 60 * SECOND,
+        });
+        let k = item_keys(&sw, now);
+        assert_eq!(k.len(), 2);
+        assert!(k[1].ends_with(&(1_699_999_980 * SECOND).to_string()));
+        let tb = item(Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 1,
+        });
+        assert_eq!(item_keys(&tb, now), vec!["sl:{d|k=v}:r".to_string()]);
+    }
+
+    #[test]
+    fn numbers_beyond_lua_are_refused_not_rounded() {
+        let mut it = item(Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 1,
+        });
+        it.remote.cur = 1 << 60;
+        let call = Call {
+            now: 0,
+            cost: 1,
+            request_id: "r".into(),
+            items: vec![it],
+        };
+        assert!(matches!(encode_check(&call), Err(StoreError::Server(_))));
+    }
+
+    #[test]
+    fn short_or_odd_replies_are_errors() {
+        let call = Call {
+            now: 0,
+            cost: 1,
+            request_id: "r".into(),
+            items: vec![item(Params::Gcra {
+                rate_per_s: 1,
+                burst: 1,
+            })],
+        };
+        assert!(decode_check(&call, &redis::Value::Array(vec![redis::Value::Int(1)])).is_err());
+        assert!(decode_check(&call, &redis::Value::Nil).is_err());
+        let mut ok = vec![redis::Value::Int(1); 8];
+        assert!(decode_check(&call, &redis::Value::Array(ok.clone())).is_ok());
+        ok[3] = redis::Value::Int(-1);
+        assert!(decode_check(&call, &redis::Value::Array(ok)).is_err());
+    }
+}

@@ -1,0 +1,468 @@
+//! Differential test: `lua/check.lua` on a real redis-server against the Rust core.
+//!
+//! Seeded random sequences of (time step, cost, request id, remote counts, parameter change)
+//! run through `sluice_core::batch::apply` over a map of states and through the script, with
+//! the store's own encoder and decoder. After every call the outcomes must be identical field
+//! by field, the TTL the script set must be the TTL `take` returned (in ms, rounded up), and
+//! the state stored in Redis must decode to the core's state. Every algorithm alone, calls
+//! mixing algorithms with shadow and charge_rejected flags, calendar windows, and (for the
+//! algorithms whose core clamps time) clocks that step backwards.
+//!
+//! Each call runs in MULTI/EXEC together with its PTTL reads and a PERSIST of its keys: the
+//! sequences run in virtual time, so a key must never expire in real time behind the model's
+//! back; the PTTL read inside the same transaction sees the TTL exactly as the script set it.
+//!
+//! A failure prints the sequence's seed; `SLUICE_DIFF_SEED=<seed>` replays that one sequence.
+
+mod common;
+
+use common::{Rng, redis, sync_conn};
+use redis::Value;
+use sluice_core::algo::{Calendar, CalendarUnit, Window};
+use sluice_core::batch::{Call, CallResult, Item, Write, apply};
+use sluice_core::time::{MILLI, SECOND};
+use sluice_core::{Micros, Params, Remote, State};
+use sluice_store::redis::{CHECK_SCRIPT, decode_check, encode_check, item_keys, script_sha};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Alg {
+    Tb,
+    Gcra,
+    Fw,
+    FwCalendar,
+    Sw,
+    Sl,
+    Cc,
+}
+
+const ALL: [Alg; 7] = [
+    Alg::Tb,
+    Alg::Gcra,
+    Alg::Fw,
+    Alg::FwCalendar,
+    Alg::Sw,
+    Alg::Sl,
+    Alg::Cc,
+];
+/// How far below the expected figure a PTTL read may be (real time passing, a loaded machine).
+const TTL_SLACK_MS: i64 = 250;
+/// The algorithms whose core clamps a clock that steps back (max with the stored time).
+const CLAMPED: [Alg; 4] = [Alg::Tb, Alg::Gcra, Alg::Sl, Alg::Cc];
+
+fn small_or_big(rng: &mut Rng, small: u64, big: u64) -> u64 {
+    if rng.chance(70) {
+        rng.range(1, small)
+    } else {
+        rng.range(1, big)
+    }
+}
+
+fn gen_params(rng: &mut Rng, alg: Alg) -> Params {
+    match alg {
+        Alg::Tb => Params::TokenBucket {
+            rate_per_s: small_or_big(rng, 50, 1_000_000),
+            burst: small_or_big(rng, 30, 1_000_000),
+        },
+        Alg::Gcra => Params::Gcra {
+            rate_per_s: small_or_big(rng, 50, 100_000),
+            burst: small_or_big(rng, 30, 10_000),
+        },
+        Alg::Fw => Params::FixedWindow {
+            limit: small_or_big(rng, 30, 1_000_000),
+            window: Window::Epoch(small_or_big(rng, 5_000, 86_400_000) * MILLI),
+        },
+        Alg::FwCalendar => {
+            let units = [
+                CalendarUnit::Hour,
+                CalendarUnit::Day,
+                CalendarUnit::Week,
+                CalendarUnit::Month,
+            ];
+            let zones = ["UTC", "Asia/Kolkata", "America/New_York"];
+            let unit = units[rng.range(0, 3) as usize];
+            let tz = zones[rng.range(0, 2) as usize];
+            Params::FixedWindow {
+                limit: small_or_big(rng, 30, 10_000),
+                window: Window::Calendar(Calendar::new(unit, tz).expect("known zone")),
+            }
+        }
+        Alg::Sw => Params::SlidingWindow {
+            limit: small_or_big(rng, 30, 10_000),
+            window: small_or_big(rng, 5_000, 86_400_000) * MILLI,
+        },
+        Alg::Sl => Params::SlidingLog {
+            limit: small_or_big(rng, 30, 200),
+            window: small_or_big(rng, 5_000, 600_000) * MILLI,
+        },
+        Alg::Cc => Params::Concurrency {
+            limit: small_or_big(rng, 10, 100),
+            timeout: small_or_big(rng, 5_000, 600_000) * MILLI,
+        },
+    }
+}
+
+/// New numbers for the same rule, as an operator's edit would give: the window length of a
+/// window algorithm stays (a new length is a new rule: its window keys would not line up).
+fn change_params(rng: &mut Rng, alg: Alg, p: &Params) -> Params {
+    let fresh = gen_params(rng, alg);
+    match (p, fresh) {
+        (Params::FixedWindow { window, .. }, Params::FixedWindow { limit, .. }) => {
+            Params::FixedWindow {
+                limit,
+                window: window.clone(),
+            }
+        }
+        (Params::SlidingWindow { window, .. }, Params::SlidingWindow { limit, .. }) => {
+            Params::SlidingWindow {
+                limit,
+                window: *window,
+            }
+        }
+        (_, f) => f,
+    }
+}
+
+fn alg_of(p: &Params) -> Alg {
+    match p {
+        Params::TokenBucket { .. } => Alg::Tb,
+        Params::Gcra { .. } => Alg::Gcra,
+        Params::FixedWindow {
+            window: Window::Epoch(_),
+            ..
+        } => Alg::Fw,
+        Params::FixedWindow { .. } => Alg::FwCalendar,
+        Params::SlidingWindow { .. } => Alg::Sw,
+        Params::SlidingLog { .. } => Alg::Sl,
+        Params::Concurrency { .. } => Alg::Cc,
+    }
+}
+
+fn gap(rng: &mut Rng) -> Micros {
+    match rng.range(0, 99) {
+        0..=29 => 0,
+        30..=59 => rng.range(0, 2_000),
+        60..=84 => rng.range(0, 3 * SECOND),
+        85..=94 => rng.range(0, 10 * SECOND),
+        _ => rng.range(0, 3 * 86_400 * SECOND),
+    }
+}
+
+fn cost(rng: &mut Rng) -> u64 {
+    match rng.range(0, 99) {
+        0..=59 => 1,
+        60..=79 => 0,
+        80..=94 => rng.range(2, 4),
+        _ => rng.range(5, 40),
+    }
+}
+
+/// The state Redis holds for an item, decoded into the core's terms, next to what the core
+/// holds: `(redis, core)` must be equal.
+fn stored_vs_model(
+    conn: &mut redis::Connection,
+    item: &Item,
+    state: Option<&State>,
+    now: Micros,
+) -> (Option<State>, Option<State>) {
+    let keys = item_keys(item, now);
+    let get = |conn: &mut redis::Connection, k: &str| -> Option<String> {
+        redis::cmd("GET").arg(k).query(conn).expect("GET")
+    };
+    let zrange = |conn: &mut redis::Connection, k: &str| -> Vec<(String, f64)> {
+        redis::cmd("ZRANGE")
+            .arg(k)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(conn)
+            .expect("ZRANGE")
+    };
+    let count = |conn: &mut redis::Connection, k: &str| -> u64 {
+        get(conn, k).map_or(0, |v| v.parse().expect("a counter"))
+    };
+    match &item.params {
+        Params::TokenBucket { .. } => (
+            get(conn, &keys[0]).map(|v| {
+                State::decode(sluice_core::algo::Kind::TokenBucket, &v).expect("tb state")
+            }),
+            state.cloned(),
+        ),
+        Params::Gcra { .. } => (
+            get(conn, &keys[0])
+                .map(|v| State::decode(sluice_core::algo::Kind::Gcra, &v).expect("gcra state")),
+            state.cloned(),
+        ),
+        Params::FixedWindow { window, .. } => {
+            let (start, _) = window.bounds(now);
+            let model = match state {
+                Some(State::FixedWindow { start: s, count }) if *s == start => *count,
+                _ => 0,
+            };
+            (
+                Some(State::FixedWindow {
+                    start,
+                    count: count(conn, &keys[0]),
+                }),
+                Some(State::FixedWindow {
+                    start,
+                    count: model,
+                }),
+            )
+        }
+        Params::SlidingWindow { window, .. } => {
+            let start = now - now % window;
+            let (cur, prev) = match state {
+                Some(State::SlidingWindow {
+                    start: s,
+                    cur,
+                    prev,
+                }) if *s == start => (*cur, *prev),
+                Some(State::SlidingWindow { start: s, cur, .. }) if *s + window == start => {
+                    (0, *cur)
+                }
+                _ => (0, 0),
+            };
+            (
+                Some(State::SlidingWindow {
+                    start,
+                    cur: count(conn, &keys[0]),
+                    prev: count(conn, &keys[1]),
+                }),
+                Some(State::SlidingWindow { start, cur, prev }),
+            )
+        }
+        Params::SlidingLog { .. } => {
+            let z = zrange(conn, &keys[0]);
+            let redis_state = (!z.is_empty()).then(|| State::SlidingLog {
+                entries: z.iter().map(|(_, s)| *s as u64).collect(),
+            });
+            (redis_state, state.cloned())
+        }
+        Params::Concurrency { .. } => {
+            let z = zrange(conn, &keys[0]);
+            let mut slots: Vec<(String, Micros, u64)> = z
+                .iter()
+                .map(|(m, s)| {
+                    let (c, id) = m.split_once(':').expect("cost:id member");
+                    (id.to_string(), *s as u64, c.parse().expect("cost"))
+                })
+                .collect();
+            slots.sort();
+            let redis_state = (!slots.is_empty()).then_some(State::Concurrency { slots });
+            let model = state.map(|s| match s {
+                State::Concurrency { slots } => {
+                    let mut v = slots.clone();
+                    v.sort();
+                    State::Concurrency { slots: v }
+                }
+                other => other.clone(),
+            });
+            (redis_state, model)
+        }
+    }
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    sequences: u64,
+    calls: u64,
+    item_checks: u64,
+    refused: u64,
+    by_alg: [u64; 7],
+}
+
+/// Runs one call through the script (in MULTI/EXEC with PTTL and PERSIST of its keys) and
+/// returns the decoded result and the PTTL of each key.
+fn run_script(conn: &mut redis::Connection, sha: &str, call: &Call) -> (CallResult, Vec<i64>) {
+    let enc = encode_check(call).expect("encodable call");
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    pipe.cmd("EVALSHA")
+        .arg(sha)
+        .arg(enc.keys.len())
+        .arg(&enc.keys)
+        .arg(&enc.args);
+    for k in &enc.keys {
+        pipe.cmd("PTTL").arg(k);
+    }
+    for k in &enc.keys {
+        pipe.cmd("PERSIST").arg(k).ignore();
+    }
+    let vals: Vec<Value> = pipe.query(conn).expect("MULTI/EXEC with the script");
+    let result = decode_check(call, &vals[0]).expect("a well-formed reply");
+    let pttls = vals[1..]
+        .iter()
+        .map(|v| match v {
+            Value::Int(n) => *n,
+            other => panic!("PTTL answered {other:?}"),
+        })
+        .collect();
+    (result, pttls)
+}
+
+fn run_sequence(
+    conn: &mut redis::Connection,
+    sha: &str,
+    seed: u64,
+    algs: &[Alg],
+    skew: bool,
+    tally: &mut Tally,
+) {
+    let mut rng = Rng::new(seed);
+    let mixed = algs.len() > 1;
+    let mut items: Vec<Item> = algs
+        .iter()
+        .enumerate()
+        .map(|(i, alg)| Item {
+            key: format!("sl:{{seq{seed}}}:rule{i}"),
+            params: gen_params(&mut rng, *alg),
+            enforce: !mixed || rng.chance(75),
+            charge_rejected: rng.chance(30),
+            remote: Remote::default(),
+        })
+        .collect();
+    let mut states: Vec<Option<State>> = vec![None; items.len()];
+    let mut now: Micros = 1_700_000_000 * SECOND + rng.range(0, 86_400 * SECOND);
+    let steps = rng.range(20, 60);
+    for step in 0..steps {
+        if skew && rng.chance(25) {
+            now -= rng.range(0, 5_000).min(now);
+        } else {
+            now += gap(&mut rng);
+        }
+        for item in items.iter_mut() {
+            let alg = alg_of(&item.params);
+            if rng.chance(5) {
+                item.params = change_params(&mut rng, alg, &item.params);
+            }
+            if rng.chance(10) {
+                let limit = item.params.limit();
+                item.remote = match alg {
+                    // Cumulative consumption elsewhere: monotone.
+                    Alg::Tb | Alg::Gcra => Remote {
+                        cur: item.remote.cur + rng.range(0, 5),
+                        prev: 0,
+                    },
+                    _ => Remote {
+                        cur: rng.range(0, limit.min(1_000) + 3),
+                        prev: rng.range(0, limit.min(1_000) + 3),
+                    },
+                };
+            }
+        }
+        let call = Call {
+            now,
+            cost: cost(&mut rng),
+            request_id: if rng.chance(50) {
+                format!("r{}", rng.range(0, 3))
+            } else {
+                format!("u{step}")
+            },
+            items: items.clone(),
+        };
+        let (want, writes) = apply(&call, &states);
+        let (got, pttls) = run_script(conn, sha, &call);
+        let before = states.clone();
+        let ctx = || {
+            format!(
+                "seed {seed} step {step}\ncall: {call:#?}\nstates before: {before:#?}\ncore: {want:#?}\nlua:  {got:#?}"
+            )
+        };
+        assert_eq!(got, want, "outcomes differ: {}", ctx());
+
+        // The TTL of every written key is the core's TTL in ms, rounded up, at least 1; a
+        // state that carries nothing is deleted. PTTL reads the real clock, which moves a
+        // little between the script and the read even inside EXEC (expiry itself is frozen
+        // there), hence the slack below the expected figure.
+        let mut k = 0;
+        for (item, w) in call.items.iter().zip(&writes) {
+            if let Write::Put(_, ttl) = w {
+                let pttl = pttls[k];
+                if *ttl == 0 {
+                    assert_eq!(pttl, -2, "{} must be deleted: {}", item.key, ctx());
+                } else {
+                    let expected = ttl.div_ceil(MILLI).max(1) as i64;
+                    assert!(
+                        pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0),
+                        "TTL of {}: {pttl} ms, core says {ttl} µs: {}",
+                        item.key,
+                        ctx()
+                    );
+                }
+            }
+            k += item_keys(item, now).len();
+        }
+        for (s, w) in states.iter_mut().zip(writes) {
+            if let Write::Put(st, ttl) = w {
+                *s = (ttl > 0).then_some(st);
+            }
+        }
+        for (i, item) in call.items.iter().enumerate() {
+            let (in_redis, in_core) = stored_vs_model(conn, item, states[i].as_ref(), now);
+            assert_eq!(
+                in_redis,
+                in_core,
+                "stored state of {} differs after the call: {}",
+                item.key,
+                ctx()
+            );
+            tally.by_alg[ALL
+                .iter()
+                .position(|a| *a == alg_of(&item.params))
+                .unwrap_or(0)] += 1;
+        }
+        tally.calls += 1;
+        tally.item_checks += call.items.len() as u64;
+        tally.refused += u64::from(!want.allowed);
+    }
+    tally.sequences += 1;
+}
+
+fn seeds(base: u64, n: u64) -> Vec<u64> {
+    match std::env::var("SLUICE_DIFF_SEED") {
+        Ok(s) => vec![s.parse().expect("SLUICE_DIFF_SEED is a number")],
+        Err(_) => (0..n).map(|i| base + i).collect(),
+    }
+}
+
+#[test]
+fn lua_and_rust_agree_on_random_sequences() {
+    let server = redis();
+    let mut conn = sync_conn(&server.url());
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(CHECK_SCRIPT)
+        .query(&mut conn)
+        .expect("SCRIPT LOAD");
+    assert_eq!(sha, script_sha(CHECK_SCRIPT));
+    let mut tally = Tally::default();
+
+    // Every algorithm alone, time moving forward.
+    for seed in seeds(1_000, 420) {
+        let alg = ALL[(seed % ALL.len() as u64) as usize];
+        run_sequence(&mut conn, &sha, seed, &[alg], false, &mut tally);
+    }
+    // Calls mixing two to four algorithms, with shadow and charge_rejected items.
+    for seed in seeds(20_000, 150) {
+        let mut rng = Rng::new(seed ^ 0xA5A5);
+        let n = rng.range(2, 4);
+        let algs: Vec<Alg> = (0..n).map(|_| ALL[rng.range(0, 6) as usize]).collect();
+        run_sequence(&mut conn, &sha, seed, &algs, false, &mut tally);
+    }
+    // Clocks stepping back (another daemon behind), where the core clamps time.
+    for seed in seeds(40_000, 80) {
+        let mut rng = Rng::new(seed ^ 0x5A5A);
+        let n = rng.range(1, 3);
+        let algs: Vec<Alg> = (0..n).map(|_| CLAMPED[rng.range(0, 3) as usize]).collect();
+        run_sequence(&mut conn, &sha, seed, &algs, true, &mut tally);
+    }
+    eprintln!("differential: {tally:?}");
+    if std::env::var("SLUICE_DIFF_SEED").is_err() {
+        assert!(tally.sequences >= 650, "{tally:?}");
+        assert!(
+            tally.refused > 0 && tally.refused < tally.calls,
+            "{tally:?}"
+        );
+        assert!(tally.by_alg.iter().all(|n| *n > 1_000), "{tally:?}");
+    }
+}

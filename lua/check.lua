@@ -1,0 +1,668 @@
+-- Sluice: one identity's rules checked together, taken together (the store contract).
+--
+-- A transcription of `sluice_core::batch::apply` and of every algorithm's `evaluate` / `take`
+-- in crates/sluice-core/src/algo/. The arithmetic must stay IDENTICAL to the Rust: the
+-- differential test in crates/sluice-store/tests/differential.rs runs both on the same random
+-- sequences and compares every outcome field. Lua 5.1 numbers are doubles; the core's
+-- validation keeps every value below 2^53, where + - * on integers are exact. Division is not
+-- (a / b rounds), so `idiv` floors and then corrects by one step.
+--
+-- Clock: `now` is the daemon's clock (epoch microseconds), never Redis TIME: the same code
+-- runs in the simulator, windows align across regions, and tests are deterministic. Time
+-- going backwards (another daemon's clock is behind) is clamped the way the core clamps it:
+-- buckets keep max(stored ts, now), logs append at max(last, now), and windows live in one
+-- key per window start, so a lagging clock counts in its own window and never rewinds a newer
+-- one. See docs/redis.md.
+--
+-- KEYS: the Redis keys of the call's items, in item order. Every item takes one key, except a
+-- sliding window, which takes two (current window, previous window). All share the
+-- `{identity}` hash tag, so the script runs on one Cluster slot.
+--
+-- ARGV: now, cost, request_id, n, then n items of 9 fields each:
+--   code (1 token_bucket, 2 gcra, 3 fixed_window, 4 sliding_window, 5 sliding_log,
+--         6 concurrency), p1, p2, enforce (0/1), charge_rejected (0/1), remote.cur,
+--   remote.prev, wstart, wend.
+--   p1, p2 = rate_per_s, burst (buckets) | limit, nominal window (fixed window) |
+--            limit, window (sliding window, sliding log) | limit, timeout (concurrency).
+--   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); 0 for
+--   algorithms without windows.
+--
+-- Reply: { allowed, then per item: allowed, limit, remaining, reset, retry_after, window,
+--          usage } as integers.
+--
+-- Errors: a key holding the wrong type or an unparsable value answers
+--   "SLUICE_CORRUPT <key index> <detail>"  (1-based index into KEYS)
+-- and an argument that is not a number answers "SLUICE_BADARG <detail>". Nothing is written
+-- by a call that fails: every read and check happens before the first write.
+
+local SCALE = 1000000      -- micro-tokens per token (TOKEN_SCALE)
+local SECOND = 1000000     -- microseconds
+local MILLI = 1000
+local MAX_EXACT = 9007199254740991 -- 2^53 - 1
+local STRIDE = 9
+
+-- Exact floor(a / b) for integers 0 <= a, 0 < b below 2^53: the double quotient may be off
+-- by one near an integer, so correct it with the exact remainder.
+local function idiv(a, b)
+    local q = math.floor(a / b)
+    local r = a - q * b
+    if r < 0 then
+        q = q - 1
+    elseif r >= b then
+        q = q + 1
+    end
+    return q
+end
+
+-- Rust's u64::div_ceil.
+local function ceil_div(a, b)
+    local q = idiv(a, b)
+    if q * b < a then
+        q = q + 1
+    end
+    return q
+end
+
+-- Rust's u64::saturating_sub.
+local function sat(a)
+    if a < 0 then
+        return 0
+    end
+    return a
+end
+
+local function fmt(n)
+    return string.format('%.0f', n)
+end
+
+local function corrupt(ki, detail)
+    return redis.error_reply('SLUICE_CORRUPT ' .. ki .. ' ' .. detail)
+end
+
+-- A stored unsigned integer (decimal digits, below 2^53), or nil.
+local function uint(s)
+    if type(s) ~= 'string' or not string.find(s, '^%d+$') or #s > 16 then
+        return nil
+    end
+    local n = tonumber(s)
+    if n == nil or n > MAX_EXACT then
+        return nil
+    end
+    return n
+end
+
+local function arg_uint(i)
+    local n = uint(ARGV[i])
+    if n == nil then
+        error({ err = 'SLUICE_BADARG ARGV[' .. i .. '] is not an integer below 2^53' })
+    end
+    return n
+end
+
+-- GET that reports a key of another type instead of raising.
+local function get_string(key, ki)
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' and v.err then
+        return nil, corrupt(ki, 'holds a ' .. redis.call('TYPE', key).ok .. ', expected a string')
+    end
+    if v == false then
+        return nil, nil
+    end
+    return v, nil
+end
+
+-- Checks a key is a sorted set or absent.
+local function check_zset(key, ki)
+    local t = redis.call('TYPE', key).ok
+    if t ~= 'zset' and t ~= 'none' then
+        return corrupt(ki, 'holds a ' .. t .. ', expected a zset')
+    end
+    return nil
+end
+
+local function pexpire_ms(ttl_us)
+    local ms = ceil_div(ttl_us, MILLI)
+    if ms < 1 then
+        ms = 1
+    end
+    return ms
+end
+
+-- SET with a TTL, or DEL when the state carries nothing (TTL 0), like Write::Put(_, 0).
+local function put_string(key, value, ttl_us)
+    if ttl_us <= 0 then
+        redis.call('DEL', key)
+    else
+        redis.call('SET', key, value, 'PX', pexpire_ms(ttl_us))
+    end
+end
+
+---------------------------------------------------------------------------------------------
+-- token_bucket: "tokens ts seen" (micro-tokens, µs, cumulative remote units drained)
+
+local function tb_load(key, ki)
+    local v, e = get_string(key, ki)
+    if e then return nil, e end
+    if v == nil then return nil, nil end
+    local a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
+    local tokens, ts, seen = uint(a), uint(b), uint(c)
+    if tokens == nil or ts == nil or seen == nil then
+        return nil, corrupt(ki, 'token bucket value ' .. string.format('%q', v) .. ' is not "tokens ts seen"')
+    end
+    return { tokens, ts, seen }, nil
+end
+
+local function tb_current(rate, burst, st, now, rcur)
+    local cap = burst * SCALE
+    local tokens, ts, seen
+    if st then
+        tokens = math.min(st[1], cap)
+        local elapsed = sat(now - st[2])
+        local missing = cap - tokens
+        if elapsed >= ceil_div(missing, rate) then
+            tokens = cap
+        else
+            tokens = tokens + elapsed * rate
+        end
+        ts = math.max(st[2], now)
+        seen = st[3]
+    else
+        tokens, ts, seen = cap, now, rcur
+    end
+    local fresh = sat(rcur - seen)
+    tokens = sat(tokens - fresh * SCALE)
+    return tokens, ts, math.max(seen, rcur)
+end
+
+local function tb_evaluate(it, st, now, cost)
+    local rate, burst = it.p1, it.p2
+    local cap = burst * SCALE
+    local tokens = tb_current(rate, burst, st, now, it.rcur)
+    local need = math.max(cost, 1) * SCALE
+    local window = ceil_div(cap, rate)
+    if need <= tokens then
+        local after = tokens - cost * SCALE
+        local remaining = idiv(after, SCALE)
+        return { true, burst, remaining, ceil_div(cap - after, rate), 0, window, burst - remaining }
+    end
+    local remaining = idiv(tokens, SCALE)
+    local retry
+    if need > cap then
+        retry = window
+    else
+        retry = ceil_div(need - tokens, rate)
+    end
+    return { false, burst, remaining, ceil_div(cap - tokens, rate), retry, window, burst - remaining }
+end
+
+local function tb_take(it, st, now, cost)
+    local rate, burst = it.p1, it.p2
+    local cap = burst * SCALE
+    local tokens, ts, seen = tb_current(rate, burst, st, now, it.rcur)
+    tokens = sat(tokens - cost * SCALE)
+    put_string(it.key, fmt(tokens) .. ' ' .. fmt(ts) .. ' ' .. fmt(seen), ceil_div(cap - tokens, rate))
+end
+
+---------------------------------------------------------------------------------------------
+-- gcra: "tat seen" (theoretical arrival time in µs, cumulative remote units applied)
+
+local function gcra_load(key, ki)
+    local v, e = get_string(key, ki)
+    if e then return nil, e end
+    if v == nil then return nil, nil end
+    local a, b = string.match(v, '^(%d+) (%d+)$')
+    local tat, seen = uint(a), uint(b)
+    if tat == nil or seen == nil then
+        return nil, corrupt(ki, 'gcra value ' .. string.format('%q', v) .. ' is not "tat seen"')
+    end
+    return { tat, seen }, nil
+end
+
+local function gcra_interval(rate)
+    return ceil_div(SECOND, rate)
+end
+
+local function gcra_current(rate, st, now, rcur)
+    local t = gcra_interval(rate)
+    local tat, seen
+    if st then
+        tat, seen = st[1], st[2]
+    else
+        tat, seen = now, rcur
+    end
+    local fresh = sat(rcur - seen)
+    tat = math.max(tat, now) + fresh * t
+    return tat, math.max(seen, rcur)
+end
+
+local function gcra_evaluate(it, st, now, cost)
+    local rate, burst = it.p1, it.p2
+    local t = gcra_interval(rate)
+    local tolerance = t * burst
+    local tat = gcra_current(rate, st, now, it.rcur)
+    local probe_cost = math.max(cost, 1)
+    local probe = tat + probe_cost * t
+    if probe - now <= tolerance then
+        local after = tat + cost * t
+        local remaining = idiv(tolerance - (after - now), t)
+        return { true, burst, remaining, after - now, 0, tolerance, burst - remaining }
+    end
+    local remaining = idiv(sat(tolerance - (tat - now)), t)
+    local retry
+    if probe_cost > burst then
+        retry = tolerance
+    else
+        retry = probe - now - tolerance
+    end
+    return { false, burst, remaining, tat - now, retry, tolerance, burst - remaining }
+end
+
+local function gcra_take(it, st, now, cost)
+    local rate, burst = it.p1, it.p2
+    local t = gcra_interval(rate)
+    local tat, seen = gcra_current(rate, st, now, it.rcur)
+    -- A charged refusal may not push the TAT beyond one full burst of debt.
+    tat = math.min(tat + cost * t, now + t * burst)
+    put_string(it.key, fmt(tat) .. ' ' .. fmt(seen), tat - now)
+end
+
+---------------------------------------------------------------------------------------------
+-- fixed_window: one integer counter per window, key "<rule key>:<window start>"
+
+local function counter_load(key, ki)
+    local v, e = get_string(key, ki)
+    if e then return nil, e end
+    if v == nil then return 0, nil end
+    local n = uint(v)
+    if n == nil then
+        return nil, corrupt(ki, 'window counter ' .. string.format('%q', v) .. ' is not a count')
+    end
+    return n, nil
+end
+
+local function fw_evaluate(it, st, now, cost)
+    local limit = it.p1
+    local used = st + it.rcur
+    local allowed = used + math.max(cost, 1) <= limit
+    local used_after, local_after = used, st
+    if allowed then
+        used_after, local_after = used + cost, st + cost
+    end
+    local retry = 0
+    if not allowed then
+        retry = it.wend - now
+    end
+    return { allowed, limit, sat(limit - used_after), it.wend - now, retry, it.p2, local_after }
+end
+
+local function fw_take(it, st, now, cost)
+    put_string(it.key, fmt(st + cost), it.wend - now)
+end
+
+---------------------------------------------------------------------------------------------
+-- sliding_window: the counters of the current and previous windows, one key per window start
+
+local function sw_wait_until_rem(window, elapsed, r_ms)
+    return sat((window - elapsed) - ((r_ms + 1) * MILLI - 1))
+end
+
+local function sw_evaluate(it, st, now, cost)
+    local limit, window, start = it.p1, it.p2, it.wstart
+    local elapsed = now - start
+    local w_ms = idiv(window, MILLI)
+    local rem_ms = idiv(window - elapsed, MILLI)
+    local lcur, lprev = st[1], st[2]
+    local cur = lcur + it.rcur
+    local prev = lprev + it.rprev
+    local probe = math.max(cost, 1)
+    local budget = limit * w_ms
+    local allowed = prev * rem_ms + (cur + probe) * w_ms <= budget
+    local cur_after = cur
+    if allowed then
+        cur_after = cur + cost
+    end
+    local remaining = sat(idiv(sat(budget - prev * rem_ms), w_ms) - cur_after)
+    local retry
+    if allowed then
+        retry = 0
+    elseif probe > limit then
+        retry = 2 * window - elapsed
+    elseif cur + probe <= limit then
+        -- Within this window, once the previous window's weight has shrunk enough.
+        local r = idiv((limit - cur - probe) * w_ms, prev)
+        retry = sw_wait_until_rem(window, elapsed, r)
+    else
+        -- Next window: the current count becomes the weighted one.
+        local to_next = window - elapsed
+        local r = idiv((limit - probe) * w_ms, cur)
+        if r >= w_ms then
+            retry = to_next
+        else
+            retry = to_next + sw_wait_until_rem(window, 0, r)
+        end
+    end
+    local usage = lcur
+    if allowed then
+        usage = lcur + cost
+    end
+    return { allowed, limit, remaining, window - elapsed, retry, window, usage }
+end
+
+local function sw_take(it, st, now, cost)
+    local window = it.p2
+    put_string(it.key, fmt(st[1] + cost), 2 * window - (now - it.wstart))
+end
+
+---------------------------------------------------------------------------------------------
+-- sliding_log: a sorted set, one member per admitted unit, score = admission time
+
+-- Live entries are those with t + window > now, i.e. score > now - window.
+local function sl_load(key, ki, now, window)
+    local e = check_zset(key, ki)
+    if e then return nil, e end
+    local cutoff = '(' .. fmt(now - window)
+    local n = redis.call('ZCOUNT', key, cutoff, '+inf')
+    local last = nil
+    if n > 0 then
+        local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        last = uint(r[2])
+        if last == nil then
+            return nil, corrupt(ki, 'sliding log score ' .. tostring(r[2]) .. ' is not a time')
+        end
+    end
+    return { n = n, last = last, cutoff = cutoff, key = key, ki = ki }, nil
+end
+
+local function sl_evaluate(it, st, now, cost)
+    local limit, window = it.p1, it.p2
+    local n = st.n
+    local probe = math.max(cost, 1)
+    local allowed = n + probe <= limit
+    local after = n
+    if allowed then
+        after = n + cost
+    end
+    local retry = 0
+    if allowed then
+        retry = 0
+    elseif probe > limit then
+        retry = window
+    else
+        -- The oldest (n + probe - limit) live entries must age out.
+        local k = n + probe - limit
+        local r = redis.call('ZRANGEBYSCORE', st.key, st.cutoff, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+        local t = uint(r[2])
+        if t == nil then
+            return nil, corrupt(st.ki, 'sliding log score ' .. tostring(r[2]) .. ' is not a time')
+        end
+        retry = t + window - now
+    end
+    local reset
+    if allowed and cost > 0 then
+        reset = window
+    elseif st.last ~= nil then
+        reset = st.last + window - now
+    else
+        reset = 0
+    end
+    return { allowed, limit, sat(limit - after), reset, retry, window, after }, nil
+end
+
+local function sl_take(it, st, now, cost)
+    local window = it.p2
+    local key = it.key
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - window))
+    -- Timestamps stay ascending even if a daemon's clock is behind another's.
+    local at = now
+    if st.last ~= nil and st.last > now then
+        at = st.last
+    end
+    -- Members must be unique: "<at>.<seq>", seq counting the entries already at `at` (only the
+    -- newest entries can share it, and entries leave by whole timestamps).
+    local seq = redis.call('ZCOUNT', key, fmt(at), fmt(at))
+    local args = {}
+    for i = 0, cost - 1 do
+        args[#args + 1] = fmt(at)
+        args[#args + 1] = fmt(at) .. '.' .. fmt(seq + i)
+        if #args >= 200 or i == cost - 1 then
+            redis.call('ZADD', key, unpack(args))
+            args = {}
+        end
+    end
+    redis.call('PEXPIRE', key, pexpire_ms(at + window - now))
+end
+
+---------------------------------------------------------------------------------------------
+-- concurrency: a sorted set of slots, member "<cost>:<request id>", score = expiry
+
+local function cc_load(key, ki, now)
+    local e = check_zset(key, ki)
+    if e then return nil, e end
+    local r = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now), '+inf', 'WITHSCORES')
+    local slots = {}
+    for i = 1, #r, 2 do
+        local c, id = string.match(r[i], '^(%d+):(.*)$')
+        local cost, exp = uint(c), uint(r[i + 1])
+        if cost == nil or exp == nil then
+            return nil, corrupt(ki, 'concurrency slot ' .. string.format('%q', r[i]) .. ' is not "<cost>:<id>" with an expiry')
+        end
+        slots[#slots + 1] = { member = r[i], id = id, exp = exp, cost = cost }
+    end
+    return slots, nil
+end
+
+local function cc_evaluate(it, st, now, cost, rid)
+    local limit, timeout = it.p1, it.p2
+    -- A repeated id renews its own slot rather than taking another.
+    local held = 0
+    local others = {}
+    for _, s in ipairs(st) do
+        if s.id ~= rid then
+            held = held + s.cost
+            others[#others + 1] = { s.exp, s.cost }
+        end
+    end
+    local probe = math.max(cost, 1)
+    local allowed = held + probe <= limit
+    local after = held
+    if allowed then
+        after = held + cost
+    end
+    local retry
+    if allowed then
+        retry = 0
+    elseif probe > limit then
+        retry = timeout
+    else
+        table.sort(others, function(a, b)
+            if a[1] ~= b[1] then return a[1] < b[1] end
+            return a[2] < b[2]
+        end)
+        local need = held + probe - limit
+        retry = timeout
+        for _, ec in ipairs(others) do
+            if ec[2] >= need then
+                retry = ec[1] - now
+                break
+            end
+            need = need - ec[2]
+        end
+    end
+    return { allowed, limit, sat(limit - after), timeout, retry, timeout, after }
+end
+
+local function cc_take(it, st, now, cost, rid)
+    local key, timeout = it.key, it.p2
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+    for _, s in ipairs(st) do
+        if s.id == rid then
+            redis.call('ZREM', key, s.member)
+        end
+    end
+    if cost > 0 then
+        redis.call('ZADD', key, fmt(now + timeout), fmt(cost) .. ':' .. rid)
+    end
+    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if #top == 0 then
+        redis.call('DEL', key)
+        return
+    end
+    local ttl = sat(tonumber(top[2]) - now)
+    if ttl <= 0 then
+        redis.call('DEL', key)
+    else
+        redis.call('PEXPIRE', key, pexpire_ms(ttl))
+    end
+end
+
+---------------------------------------------------------------------------------------------
+-- batch::apply
+
+local now = arg_uint(1)
+local cost = arg_uint(2)
+local rid = ARGV[3]
+local n = arg_uint(4)
+
+local items = {}
+local ki = 1
+for i = 1, n do
+    local b = 4 + (i - 1) * STRIDE
+    local it = {
+        code = arg_uint(b + 1),
+        p1 = arg_uint(b + 2),
+        p2 = arg_uint(b + 3),
+        enforce = arg_uint(b + 4) == 1,
+        charge = arg_uint(b + 5) == 1,
+        rcur = arg_uint(b + 6),
+        rprev = arg_uint(b + 7),
+        wstart = arg_uint(b + 8),
+        wend = arg_uint(b + 9),
+        ki = ki,
+        key = KEYS[ki],
+    }
+    if it.key == nil then
+        return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
+    end
+    if it.code < 1 or it.code > 6 then
+        return redis.error_reply('SLUICE_BADARG unknown algorithm code ' .. fmt(it.code))
+    end
+    if it.p1 == 0 or it.p2 == 0 then
+        return redis.error_reply('SLUICE_BADARG item ' .. i .. ' has a zero parameter')
+    end
+    ki = ki + 1
+    if it.code == 4 then
+        it.prev_key = KEYS[ki]
+        if it.prev_key == nil then
+            return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
+        end
+        ki = ki + 1
+    end
+    items[i] = it
+end
+
+-- Load every state first: a corrupt key fails the call before anything is written.
+local states = {}
+for i, it in ipairs(items) do
+    local st, e
+    if it.code == 1 then
+        st, e = tb_load(it.key, it.ki)
+    elseif it.code == 2 then
+        st, e = gcra_load(it.key, it.ki)
+    elseif it.code == 3 then
+        st, e = counter_load(it.key, it.ki)
+    elseif it.code == 4 then
+        local cur, prev
+        cur, e = counter_load(it.key, it.ki)
+        if not e then
+            prev, e = counter_load(it.prev_key, it.ki + 1)
+        end
+        st = { cur, prev }
+    elseif it.code == 5 then
+        st, e = sl_load(it.key, it.ki, now, it.p2)
+    else
+        st, e = cc_load(it.key, it.ki, now)
+    end
+    if e then
+        return e
+    end
+    states[i] = st
+end
+
+local outcomes = {}
+for i, it in ipairs(items) do
+    local o, e
+    local st = states[i]
+    if it.code == 1 then
+        o = tb_evaluate(it, st, now, cost)
+    elseif it.code == 2 then
+        o = gcra_evaluate(it, st, now, cost)
+    elseif it.code == 3 then
+        o = fw_evaluate(it, st, now, cost)
+    elseif it.code == 4 then
+        o = sw_evaluate(it, st, now, cost)
+    elseif it.code == 5 then
+        o, e = sl_evaluate(it, st, now, cost)
+    else
+        o = cc_evaluate(it, st, now, cost, rid)
+    end
+    if e then
+        return e
+    end
+    outcomes[i] = o
+end
+
+local allowed = true
+for i, it in ipairs(items) do
+    if it.enforce and not outcomes[i][1] then
+        allowed = false
+    end
+end
+
+if not allowed and cost > 0 then
+    -- Outcomes say "after this request"; a refused request takes nothing from the rules that
+    -- would have allowed it, so give the cost back in what they report.
+    for i, it in ipairs(items) do
+        local o = outcomes[i]
+        if o[1] and not (it.enforce and it.charge) then
+            o[3] = math.min(o[3] + cost, o[2])
+            o[7] = sat(o[7] - cost)
+        end
+    end
+end
+
+if cost > 0 then
+    for i, it in ipairs(items) do
+        local charge
+        if allowed then
+            charge = outcomes[i][1]
+        else
+            charge = it.enforce and it.charge
+        end
+        if charge then
+            local st = states[i]
+            if it.code == 1 then
+                tb_take(it, st, now, cost)
+            elseif it.code == 2 then
+                gcra_take(it, st, now, cost)
+            elseif it.code == 3 then
+                fw_take(it, st, now, cost)
+            elseif it.code == 4 then
+                sw_take(it, st, now, cost)
+            elseif it.code == 5 then
+                sl_take(it, st, now, cost)
+            else
+                cc_take(it, st, now, cost, rid)
+            end
+        end
+    end
+end
+
+local reply = { allowed and 1 or 0 }
+for i = 1, #outcomes do
+    local o = outcomes[i]
+    reply[#reply + 1] = o[1] and 1 or 0
+    for j = 2, 7 do
+        reply[#reply + 1] = o[j]
+    end
+end
+return reply
