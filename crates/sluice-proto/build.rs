@@ -1,8 +1,22 @@
 //! Generates the gRPC code from proto/ with protoc (Debian: protobuf-compiler).
+//!
+//! The Envoy RLS v3 protos are compiled with the server (sluiced serves them) and the client
+//! (sluice-bench and the tests call them). The few google.protobuf well-known types they use
+//! come from proto/google/protobuf, so libprotobuf-dev is not needed; prost maps them to
+//! prost-types either way.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = ["sluice/v1/limiter.proto"];
+    let files = [
+        "sluice/v1/limiter.proto",
+        "envoy/service/ratelimit/v3/rls.proto",
+        "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+        "envoy/type/v3/ratelimit_unit.proto",
+        "envoy/config/core/v3/base.proto",
+        "google/protobuf/duration.proto",
+        "google/protobuf/struct.proto",
+        "google/protobuf/timestamp.proto",
+    ];
     let paths: Vec<_> = files.iter().map(|f| root.join(f)).collect();
     for p in &paths {
         println!("cargo:rerun-if-changed={}", p.display());
@@ -10,6 +24,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&paths, &[root])?;
+        .compile_protos(&paths[..2], &[root])?;
     Ok(())
 }

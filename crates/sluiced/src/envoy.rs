@@ -389,9 +389,7 @@ pub fn descriptors(
         }
         path.push_str(&e.key);
         let seen = pairs.iter().filter(|(k, _)| {
-            *k == e.key
-                || k.strip_prefix(e.key.as_str())
-                    .is_some_and(|s| is_repeat_suffix(s))
+            *k == e.key || k.strip_prefix(e.key.as_str()).is_some_and(is_repeat_suffix)
         });
         let n = seen.count();
         let key = if n == 0 {
@@ -524,12 +522,355 @@ impl rls::rate_limit_service_server::RateLimitService for RateLimitService {
         req: Request<rls::RateLimitRequest>,
     ) -> Result<Response<rls::RateLimitResponse>, Status> {
         let outcome = self.decide(req.into_inner()).await.map_err(|e| {
-            self.engine
-                .metrics
-                .bad_requests
-                .fetch_add(1, Ordering::Relaxed);
+            // The engine already counted the requests it refused.
+            if !matches!(e, EnvoyError::Check(_)) {
+                self.engine
+                    .metrics
+                    .bad_requests
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             Status::invalid_argument(e.to_string())
         })?;
         outcome.response(&self.config).map(Response::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use sluice_core::batch::{Call, CallResult};
+    use sluice_core::decision::Via;
+    use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use sluice_store::{BoxFuture, MemoryStore, Store, StoreError};
+    use std::time::Duration;
+
+    const RULES: &str = r#"
+domain: edge
+rules:
+  - { id: per-user, key: [user], algorithm: fixed_window, limit: 3, window: 1m }
+  - { id: per-ip, match: { envoy.keys: remote_address }, key: [remote_address], algorithm: fixed_window, limit: 100, window: 10s }
+  - { id: otp, key: [otp_user], algorithm: fixed_window, limit: 1, window: 1h, headers: retry_only }
+  - { id: strict, key: [tenant], algorithm: fixed_window, limit: 5, window: 1m, on_store_failure: closed }
+"#;
+
+    fn service(store: Arc<dyn Store>, config: EnvoyConfig) -> RateLimitService {
+        let set = sluice_core::rules::parse_yaml(RULES).expect("valid rules");
+        let engine = Engine::new(
+            sluice_control::Published::new(set),
+            store,
+            Arc::new(Metrics::default()),
+            500,
+            Duration::from_millis(50),
+            "test".into(),
+        );
+        RateLimitService::new(Arc::new(engine), config)
+    }
+
+    fn memory() -> RateLimitService {
+        service(Arc::new(MemoryStore::new(1000)), EnvoyConfig::default())
+    }
+
+    fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
+            limit: None,
+        }
+    }
+
+    fn req(
+        domain: &str,
+        descriptors: Vec<RateLimitDescriptor>,
+        hits: u32,
+    ) -> rls::RateLimitRequest {
+        rls::RateLimitRequest {
+            domain: domain.into(),
+            descriptors,
+            hits_addend: hits,
+        }
+    }
+
+    async fn ask(s: &RateLimitService, r: rls::RateLimitRequest) -> rls::RateLimitResponse {
+        let o = s.decide(r).await.expect("valid request");
+        o.response(&s.config).expect("an answer")
+    }
+
+    fn header<'a>(r: &'a rls::RateLimitResponse, name: &str) -> Option<&'a str> {
+        r.response_headers_to_add
+            .iter()
+            .find(|h| h.key == name)
+            .map(|h| h.value.as_str())
+    }
+
+    #[tokio::test]
+    async fn statuses_follow_descriptors_in_order_and_any_refusal_refuses() {
+        let s = memory();
+        // Three hits in one request take the whole per-user window.
+        let r = ask(&s, req("edge", vec![desc(&[("user", "u1")])], 3)).await;
+        assert_eq!(r.overall_code, RlsCode::Ok as i32);
+        let st = &r.statuses[0];
+        assert_eq!(st.limit_remaining, 0);
+        let lim = st.current_limit.as_ref().expect("a limit");
+        assert_eq!(
+            (lim.requests_per_unit, lim.unit, lim.name.as_str()),
+            (3, Unit::Minute as i32, "per-user")
+        );
+        assert!(
+            st.duration_until_reset
+                .as_ref()
+                .is_some_and(|d| (1..=60).contains(&d.seconds))
+        );
+        assert_eq!(header(&r, "X-RateLimit-Remaining"), Some("0"));
+        assert!(r.raw_body.is_empty());
+
+        // Now u1 is over, u2 and the ip are not: one status each, in order.
+        let r = ask(
+            &s,
+            req(
+                "edge",
+                vec![
+                    desc(&[("remote_address", "10.1.1.1")]),
+                    desc(&[("user", "u1")]),
+                    desc(&[("user", "u2")]),
+                ],
+                0,
+            ),
+        )
+        .await;
+        assert_eq!(r.overall_code, RlsCode::OverLimit as i32);
+        let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
+        assert_eq!(
+            codes,
+            vec![
+                RlsCode::Ok as i32,
+                RlsCode::OverLimit as i32,
+                RlsCode::Ok as i32
+            ]
+        );
+        // 100 per 10 s is reported in the closest unit, a minute: 600.
+        let ip = r.statuses[0].current_limit.as_ref().expect("ip limit");
+        assert_eq!((ip.requests_per_unit, ip.unit), (600, Unit::Minute as i32));
+        assert_eq!(r.statuses[0].limit_remaining, 99);
+        assert_eq!(
+            r.statuses[2].limit_remaining, 2,
+            "hits_addend 0 counts as 1"
+        );
+        assert!(header(&r, "Retry-After").is_some());
+        let policy = header(&r, "RateLimit-Policy").expect("policy header");
+        assert!(
+            policy.contains("\"per-user\";q=3;w=60") && policy.contains("\"per-ip\""),
+            "{policy}"
+        );
+        let body = String::from_utf8(r.raw_body.clone()).expect("utf-8");
+        assert!(body.contains("\"status\":429"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn rules_for_another_depth_do_not_apply() {
+        let s = memory();
+        // per-ip names its depth (envoy.keys): a deeper descriptor does not count against it.
+        let r = ask(
+            &s,
+            req(
+                "edge",
+                vec![desc(&[("remote_address", "10.9.9.9"), ("path", "/x")])],
+                1,
+            ),
+        )
+        .await;
+        assert_eq!(r.statuses[0].current_limit, None);
+        let r = ask(
+            &s,
+            req("edge", vec![desc(&[("remote_address", "10.9.9.9")])], 1),
+        )
+        .await;
+        assert_eq!(r.statuses[0].limit_remaining, 99);
+    }
+
+    #[tokio::test]
+    async fn a_limit_override_replaces_the_rules_for_that_descriptor() {
+        let s = memory();
+        let mut d = desc(&[("user", "u7")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 2,
+            unit: sluice_proto::envoy::r#type::v3::RateLimitUnit::Second as i32,
+        });
+        let r = ask(&s, req("edge", vec![d.clone()], 2)).await;
+        assert_eq!(r.overall_code, RlsCode::Ok as i32);
+        let lim = r.statuses[0]
+            .current_limit
+            .as_ref()
+            .expect("override limit");
+        assert_eq!(
+            (lim.requests_per_unit, lim.unit, lim.name.as_str()),
+            (2, Unit::Second as i32, "envoy-override-second")
+        );
+        let r = ask(&s, req("edge", vec![d.clone()], 1)).await;
+        assert_eq!(r.overall_code, RlsCode::OverLimit as i32);
+        // The rule's own counter (3 a minute) was never touched by the override.
+        let r = ask(&s, req("edge", vec![desc(&[("user", "u7")])], 1)).await;
+        assert_eq!(r.statuses[0].limit_remaining, 2);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 2,
+            unit: 0,
+        });
+        assert!(matches!(
+            s.decide(req("edge", vec![d], 1)).await,
+            Err(EnvoyError::BadUnit { index: 0, unit: 0 })
+        ));
+    }
+
+    #[tokio::test]
+    async fn retry_only_policies_show_no_numbers() {
+        let s = memory();
+        let d = || vec![desc(&[("otp_user", "a")])];
+        let r = ask(&s, req("edge", d(), 1)).await;
+        assert_eq!(r.statuses[0].current_limit, None);
+        let r = ask(&s, req("edge", d(), 1)).await;
+        assert_eq!(r.overall_code, RlsCode::OverLimit as i32);
+        assert_eq!(r.statuses[0].current_limit, None);
+        assert_eq!(r.statuses[0].limit_remaining, 0);
+        let names: Vec<&str> = r
+            .response_headers_to_add
+            .iter()
+            .map(|h| h.key.as_str())
+            .collect();
+        assert_eq!(names, vec!["Retry-After", "Content-Type"]);
+    }
+
+    #[tokio::test]
+    async fn unknown_domains_pass_and_bad_input_is_refused() {
+        let s = memory();
+        let r = ask(&s, req("nope", vec![desc(&[("user", "u")])], 1)).await;
+        assert_eq!(r.overall_code, RlsCode::Ok as i32);
+        assert_eq!(r.statuses.len(), 1);
+        assert!(matches!(
+            s.decide(req("", vec![desc(&[("user", "u")])], 1)).await,
+            Err(EnvoyError::Check(CheckError::NoDomain))
+        ));
+        assert!(matches!(
+            s.decide(req("edge", vec![], 1)).await,
+            Err(EnvoyError::NoDescriptors)
+        ));
+        assert!(matches!(
+            s.decide(req("edge", vec![desc(&[])], 1)).await,
+            Err(EnvoyError::NoEntries(0))
+        ));
+        let long = "v".repeat(300);
+        assert!(
+            s.decide(req("edge", vec![desc(&[("user", &long)])], 1))
+                .await
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn repeated_keys_are_numbered_and_the_path_is_named() {
+        let entries = [
+            ("generic_key", "a"),
+            ("generic_key", "b"),
+            ("user", "u"),
+            ("generic_key", "c"),
+        ]
+        .iter()
+        .map(|(k, v)| Entry {
+            key: k.to_string(),
+            value: v.to_string(),
+        })
+        .collect();
+        let (pairs, keys) = descriptors(entries);
+        assert_eq!(
+            keys,
+            vec!["generic_key", "generic_key.2", "user", "generic_key.3"]
+        );
+        assert_eq!(
+            pairs.last().map(|(k, v)| (k.as_str(), v.as_str())),
+            Some((KEYS_DESCRIPTOR, "generic_key/generic_key/user/generic_key"))
+        );
+    }
+
+    #[test]
+    fn limits_are_reported_in_the_closest_unit() {
+        let p = |limit, window_s| PolicyStatus {
+            id: Arc::from("r"),
+            limit,
+            window_s,
+            remaining: 0,
+            reset_s: 0,
+            allowed: true,
+            retry_after_ms: 0,
+            headers: HeaderMode::Full,
+            via: Via::Store,
+        };
+        let rl = |limit, w| {
+            let r = rate_limit(&p(limit, w));
+            (r.requests_per_unit, Unit::try_from(r.unit).expect("unit"))
+        };
+        assert_eq!(rl(10, 1), (10, Unit::Second));
+        assert_eq!(rl(40, 2), (20, Unit::Second));
+        assert_eq!(rl(1000, 3_600), (1000, Unit::Hour));
+        assert_eq!(rl(10_000, 86_400), (10_000, Unit::Day));
+        assert_eq!(rl(7, 7 * 86_400), (7, Unit::Week));
+        assert_eq!(
+            rl(1, 3_000),
+            (1, Unit::Hour),
+            "a small quota never rounds to 0"
+        );
+        assert_eq!(rl(u64::from(u32::MAX) * 2, 1), (u32::MAX, Unit::Second));
+    }
+
+    /// A store whose every call fails, as Redis does when it is down.
+    struct Down;
+
+    impl Store for Down {
+        fn check<'a>(&'a self, _call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>> {
+            Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+        }
+        fn release<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: u64,
+        ) -> BoxFuture<'a, Result<bool, StoreError>> {
+            Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+        }
+        fn kind(&self) -> &'static str {
+            "down"
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fail_closed_rule_is_refused_by_default_or_an_error_when_asked() {
+        let s = service(Arc::new(Down), EnvoyConfig::default());
+        let r = ask(&s, req("edge", vec![desc(&[("tenant", "t1")])], 1)).await;
+        assert_eq!(r.overall_code, RlsCode::OverLimit as i32);
+        assert_eq!(r.statuses[0].code, RlsCode::OverLimit as i32);
+        assert_eq!(header(&r, "Retry-After"), Some("1"));
+        let body = String::from_utf8(r.raw_body.clone()).expect("utf-8");
+        assert!(body.contains("\"status\":503"), "{body}");
+        // A local-fallback rule keeps deciding on the daemon's own buckets.
+        let r = ask(&s, req("edge", vec![desc(&[("user", "u1")])], 1)).await;
+        assert_eq!(r.overall_code, RlsCode::Ok as i32);
+
+        let cfg = EnvoyConfig {
+            unavailable_as: UnavailableAs::Error,
+            response_headers: false,
+            raw_body: false,
+        };
+        let s = service(Arc::new(Down), cfg);
+        let o = s
+            .decide(req("edge", vec![desc(&[("tenant", "t1")])], 1))
+            .await
+            .expect("valid");
+        let status = o.response(&s.config).expect_err("gRPC UNAVAILABLE");
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        let r = ask(&s, req("edge", vec![desc(&[("user", "u1")])], 1)).await;
+        assert!(r.response_headers_to_add.is_empty(), "headers switched off");
     }
 }
