@@ -558,8 +558,9 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
         });
         return None;
     };
+    // Problems are reported under the rule id when it is a usable one, else its position.
     let id = match obj.get("id") {
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) if valid_id(s) => s.clone(),
         _ => format!("rules[{pos}]"),
     };
     let before = problems.len();
@@ -1102,6 +1103,14 @@ overrides:
 "#;
         let err = parse_yaml(bad).expect_err("invalid");
         assert_eq!(err.problems.len(), 4, "{err}");
+    }
+
+    #[test]
+    fn a_bad_id_is_reported_at_the_rule_position() {
+        // Found by the fuzzer: an empty id used to yield a problem located at "".
+        let err = parse_yaml("domain: a\nrules:\n  - { id: \"\" }\n").expect_err("invalid");
+        assert!(err.problems.iter().all(|p| p.at == "rules[0]"), "{err}");
+        assert!(err.problems.iter().any(|p| p.field == "id"), "{err}");
     }
 
     #[test]
