@@ -98,7 +98,9 @@ fn document() -> impl Strategy<Value = Value> {
 
 /// Runs a request through plan → apply → decide → headers on fresh state.
 fn serve(dom: &sluice_core::rules::Domain, d: &Descriptors, cost: u64) {
-    let p = plan(dom, d, 1_700_000_000_000_000, cost, "req", |_| Remote::default());
+    let p = plan(dom, d, 1_700_000_000_000_000, cost, "req", |_| {
+        Remote::default()
+    });
     let answers: Vec<Answer> = p
         .calls
         .iter()

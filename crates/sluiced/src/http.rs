@@ -18,13 +18,22 @@ use std::sync::Arc;
 /// Largest accepted request body.
 pub const MAX_BODY: usize = 64 * 1024;
 
-#[derive(Deserialize)]
+/// A parsed `POST /v1/limits:check` body.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckBody {
-    domain: String,
+pub struct CheckBody {
+    /// The rules domain.
+    pub domain: String,
+    /// Descriptor name → value (strings only).
     #[serde(default)]
-    descriptors: BTreeMap<String, String>,
-    cost: Option<u64>,
+    pub descriptors: BTreeMap<String, String>,
+    /// Units asked for; absent = 1.
+    pub cost: Option<u64>,
+}
+
+/// Parses a check body; the error is the message the client gets with its 400.
+pub fn parse_check(body: &[u8]) -> Result<CheckBody, String> {
+    serde_json::from_slice(body).map_err(|e| format!("invalid check body: {e}"))
 }
 
 #[derive(Deserialize)]
@@ -158,4 +167,72 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(engine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Engine;
+    use crate::metrics::Metrics;
+    use proptest::prelude::*;
+    use sluice_control::Published;
+    use sluice_core::rules::parse_yaml;
+    use sluice_store::MemoryStore;
+    use std::time::Duration;
+
+    fn engine() -> Engine {
+        let rules = parse_yaml(
+            "domain: d\nrules:\n  - { id: a, key: [k], algorithm: token_bucket, rate_per_s: 5, burst: 5 }\n",
+        )
+        .expect("valid");
+        Engine::new(
+            Published::new(rules),
+            Arc::new(MemoryStore::default()),
+            Arc::new(Metrics::default()),
+            500,
+            Duration::from_millis(3),
+            "t".into(),
+        )
+    }
+
+    fn json_ish() -> impl Strategy<Value = String> {
+        let atom = prop_oneof![
+            Just("\"domain\"".to_string()),
+            Just("\"d\"".to_string()),
+            Just("\"descriptors\"".to_string()),
+            Just("\"cost\"".to_string()),
+            Just("\"k\"".to_string()),
+            Just("{".to_string()),
+            Just("}".to_string()),
+            Just(":".to_string()),
+            Just(",".to_string()),
+            Just("[".to_string()),
+            Just("null".to_string()),
+            Just("-1".to_string()),
+            Just("18446744073709551616".to_string()),
+            (0u64..u64::MAX).prop_map(|n| n.to_string()),
+            "\"[^\"\\\\]{0,8}\"",
+        ];
+        prop::collection::vec(atom, 0..24).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// Every body is either a decision or a 400 with a message: never a panic.
+        #[test]
+        fn check_bodies_never_panic(body in prop_oneof![json_ish(), ".{0,64}".prop_map(String::from)]) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let e = engine();
+            match parse_check(body.as_bytes()) {
+                Ok(b) => {
+                    let r = rt.block_on(e.check(&b.domain, b.descriptors.into_iter().collect(), b.cost.unwrap_or(1)));
+                    if let Err(err) = r {
+                        prop_assert!(!err.to_string().is_empty());
+                    }
+                }
+                Err(msg) => prop_assert!(msg.starts_with("invalid check body")),
+            }
+        }
+    }
 }
