@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod cases;
+
 use sluice_store::redis::RedisConfig;
 use sluice_testkit::RedisServer;
 

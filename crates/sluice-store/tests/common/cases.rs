@@ -1,0 +1,345 @@
+//! The conformance suite: behaviour every [`Store`] must show, whatever it runs on.
+//!
+//! Each case takes a store and a key prefix of its own, so the same cases run against the
+//! memory store, a standalone Redis and a Redis Cluster (tests/conformance.rs,
+//! tests/cluster.rs). Time is virtual (`now` is an argument), so expiry is tested by moving
+//! `now`, exactly as the daemon and the simulator drive the stores.
+
+#![allow(dead_code)]
+
+use sluice_core::algo::Window;
+use sluice_core::batch::{Call, CallResult, Item};
+use sluice_core::time::{MILLI, SECOND};
+use sluice_core::{Micros, Params, Remote};
+use sluice_store::Store;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A fixed instant, far from any window boundary that matters to the cases.
+pub const T0: Micros = 1_800_000_000 * SECOND;
+
+/// An enforced item with no remote counts.
+pub fn item(key: &str, params: Params) -> Item {
+    Item {
+        key: key.to_string(),
+        params,
+        enforce: true,
+        charge_rejected: false,
+        remote: Remote::default(),
+    }
+}
+
+/// A call of `cost` at `now`.
+pub fn call(now: Micros, cost: u64, id: &str, items: Vec<Item>) -> Call {
+    Call {
+        now,
+        cost,
+        request_id: id.to_string(),
+        items,
+    }
+}
+
+/// Runs a call that must succeed.
+pub async fn check(store: &dyn Store, c: &Call) -> CallResult {
+    match store.check(c).await {
+        Ok(r) => r,
+        Err(e) => panic!("{} store failed a check: {e}", store.kind()),
+    }
+}
+
+fn tb(rate_per_s: u64, burst: u64) -> Params {
+    Params::TokenBucket { rate_per_s, burst }
+}
+
+/// A burst of 25 on a bucket of 20 admits exactly 20; the rest are told to wait one refill.
+pub async fn burst_of_25_on_20(store: &dyn Store, p: &str) {
+    let key = format!("sl:{{{p}burst}}:tb");
+    let mut admitted = 0;
+    for i in 0..25 {
+        let r = check(store, &call(T0, 1, "r", vec![item(&key, tb(1, 20))])).await;
+        if r.allowed {
+            admitted += 1;
+            assert_eq!(r.outcomes[0].remaining, 19 - i);
+        } else {
+            assert_eq!(r.outcomes[0].remaining, 0);
+            assert_eq!(r.outcomes[0].retry_after, SECOND);
+        }
+    }
+    assert_eq!(admitted, 20, "{}", store.kind());
+    // One token a second: one more fits a second later, not a microsecond before.
+    let early = check(
+        store,
+        &call(T0 + SECOND - 1, 1, "r", vec![item(&key, tb(1, 20))]),
+    )
+    .await;
+    assert!(!early.allowed);
+    let later = check(
+        store,
+        &call(T0 + SECOND, 1, "r", vec![item(&key, tb(1, 20))]),
+    )
+    .await;
+    assert!(later.allowed);
+}
+
+/// 25 concurrent checks on a bucket of 20: exactly 20 admitted (the call is atomic).
+pub async fn concurrent_burst(store: Arc<dyn Store>, p: &str) {
+    let key = format!("sl:{{{p}cburst}}:tb");
+    let admitted = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..25)
+        .map(|i| {
+            let (store, key, admitted) = (store.clone(), key.clone(), admitted.clone());
+            tokio::spawn(async move {
+                let c = call(T0, 1, &format!("r{i}"), vec![item(&key, tb(1, 20))]);
+                if check(&*store, &c).await.allowed {
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::Relaxed), 20, "{}", store.kind());
+}
+
+/// 64 concurrent clients on one fixed window of 1,000: exactly 1,000 admitted.
+pub async fn contention_exact(store: Arc<dyn Store>, p: &str) {
+    let key = format!("sl:{{{p}hot}}:fw");
+    let params = Params::FixedWindow {
+        limit: 1_000,
+        window: Window::Epoch(3_600 * SECOND),
+    };
+    let admitted = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..64)
+        .map(|c| {
+            let (store, key, admitted, params) =
+                (store.clone(), key.clone(), admitted.clone(), params.clone());
+            tokio::spawn(async move {
+                for i in 0..20 {
+                    let cl = call(
+                        T0 + i,
+                        1,
+                        &format!("c{c}-{i}"),
+                        vec![item(&key, params.clone())],
+                    );
+                    if check(&*store, &cl).await.allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(admitted.load(Ordering::Relaxed), 1_000, "{}", store.kind());
+}
+
+/// Every rule is checked before any is taken from: a request refused by the daily quota burns
+/// no burst token, and the burst rule reports what it still has.
+pub async fn check_all_then_take_all(store: &dyn Store, p: &str) {
+    let burst = format!("sl:{{{p}all}}:burst");
+    let daily = format!("sl:{{{p}all}}:daily");
+    let items = || {
+        vec![
+            item(&burst, tb(1, 10)),
+            item(
+                &daily,
+                Params::FixedWindow {
+                    limit: 2,
+                    window: Window::Epoch(86_400 * SECOND),
+                },
+            ),
+        ]
+    };
+    for _ in 0..2 {
+        assert!(check(store, &call(T0, 1, "r", items())).await.allowed);
+    }
+    let refused = check(store, &call(T0, 1, "r", items())).await;
+    assert!(!refused.allowed);
+    assert!(refused.outcomes[0].allowed && !refused.outcomes[1].allowed);
+    assert_eq!(
+        refused.outcomes[0].remaining, 8,
+        "the refusal gives the token back"
+    );
+    // Nothing was taken from the bucket: a peek still sees 8.
+    let peek = check(store, &call(T0, 0, "r", vec![item(&burst, tb(1, 10))])).await;
+    assert_eq!(peek.outcomes[0].remaining, 8);
+}
+
+/// A peek (cost 0) reports as if for one unit and takes nothing.
+pub async fn peek_takes_nothing(store: &dyn Store, p: &str) {
+    let key = format!("sl:{{{p}peek}}:w");
+    let params = Params::SlidingWindow {
+        limit: 3,
+        window: 10 * SECOND,
+    };
+    for _ in 0..5 {
+        let r = check(store, &call(T0, 0, "r", vec![item(&key, params.clone())])).await;
+        assert!(r.allowed);
+        assert_eq!(r.outcomes[0].remaining, 3);
+        assert_eq!(r.outcomes[0].usage, 0);
+    }
+    let r = check(store, &call(T0, 3, "r", vec![item(&key, params.clone())])).await;
+    assert!(r.allowed);
+    let r = check(store, &call(T0, 0, "r", vec![item(&key, params)])).await;
+    assert!(!r.allowed, "a peek on a full window says no");
+    assert_eq!(r.outcomes[0].remaining, 0);
+}
+
+/// Concurrency slots are held, released by id, renewed by a repeated id, and expire.
+pub async fn release_and_expiry_of_slots(store: &dyn Store, p: &str) {
+    let key = format!("sl:{{{p}cc}}:cc");
+    let params = Params::Concurrency {
+        limit: 2,
+        timeout: 30 * SECOND,
+    };
+    let one = |now, id: &str| call(now, 1, id, vec![item(&key, params.clone())]);
+    assert!(check(store, &one(T0, "a")).await.allowed);
+    assert!(check(store, &one(T0 + 1, "b")).await.allowed);
+    // "a" again renews its own slot instead of taking a third.
+    assert!(check(store, &one(T0 + 2, "a")).await.allowed);
+    let full = check(store, &one(T0 + 3, "c")).await;
+    assert!(!full.allowed);
+    assert_eq!(
+        full.outcomes[0].retry_after,
+        30 * SECOND - 2,
+        "b expires first"
+    );
+    let freed = store.release(&key, "a", T0 + 4).await.expect("release");
+    assert!(freed);
+    assert!(!store.release(&key, "a", T0 + 4).await.expect("release"));
+    assert!(!store.release(&key, "zz", T0 + 4).await.expect("release"));
+    assert!(check(store, &one(T0 + 5, "c")).await.allowed);
+    // At T0 + 1 + 30 s "b" has expired without a release; "c" holds until T0 + 5 + 30 s.
+    assert!(check(store, &one(T0 + 1 + 30 * SECOND, "d")).await.allowed);
+    assert!(!check(store, &one(T0 + 1 + 30 * SECOND, "e")).await.allowed);
+    // A slot past its expiry cannot be released any more.
+    assert!(
+        !store
+            .release(&key, "c", T0 + 5 + 30 * SECOND)
+            .await
+            .expect("release")
+    );
+    assert!(
+        !store
+            .release(&format!("sl:{{{p}cc}}:none"), "x", T0)
+            .await
+            .expect("release")
+    );
+}
+
+/// Windows end on their boundary; buckets refill; logs age out: state expires with time.
+pub async fn expiry_with_time(store: &dyn Store, p: &str) {
+    let fw = format!("sl:{{{p}exp}}:fw");
+    let fwp = Params::FixedWindow {
+        limit: 1,
+        window: Window::Epoch(SECOND),
+    };
+    let start = T0 - T0 % SECOND;
+    assert!(
+        check(store, &call(start, 1, "r", vec![item(&fw, fwp.clone())]))
+            .await
+            .allowed
+    );
+    let r = check(
+        store,
+        &call(start + 400 * MILLI, 1, "r", vec![item(&fw, fwp.clone())]),
+    )
+    .await;
+    assert!(!r.allowed);
+    assert_eq!(r.outcomes[0].retry_after, 600 * MILLI);
+    assert!(
+        check(store, &call(start + SECOND, 1, "r", vec![item(&fw, fwp)]))
+            .await
+            .allowed
+    );
+
+    let sl = format!("sl:{{{p}exp}}:sl");
+    let slp = Params::SlidingLog {
+        limit: 2,
+        window: SECOND,
+    };
+    let at = |t| call(t, 1, "r", vec![item(&sl, slp.clone())]);
+    assert!(check(store, &at(T0)).await.allowed);
+    assert!(check(store, &at(T0 + 500 * MILLI)).await.allowed);
+    let r = check(store, &at(T0 + 999 * MILLI)).await;
+    assert!(!r.allowed);
+    assert_eq!(r.outcomes[0].retry_after, MILLI);
+    assert!(check(store, &at(T0 + SECOND)).await.allowed);
+
+    let g = format!("sl:{{{p}exp}}:gcra");
+    let gp = Params::Gcra {
+        rate_per_s: 10,
+        burst: 2,
+    };
+    let at = |t| call(t, 1, "r", vec![item(&g, gp.clone())]);
+    assert!(check(store, &at(T0)).await.allowed);
+    assert!(check(store, &at(T0)).await.allowed);
+    let r = check(store, &at(T0)).await;
+    assert!(!r.allowed);
+    assert_eq!(r.outcomes[0].retry_after, 100 * MILLI);
+    assert!(check(store, &at(T0 + 100 * MILLI)).await.allowed);
+}
+
+/// Shadow rules count as if enforced and never refuse; charge_rejected rules count refusals.
+pub async fn shadow_and_charge_rejected(store: &dyn Store, p: &str) {
+    let shadow_key = format!("sl:{{{p}flags}}:shadow");
+    let charged_key = format!("sl:{{{p}flags}}:charged");
+    let window = || Params::FixedWindow {
+        limit: 1,
+        window: Window::Epoch(60 * SECOND),
+    };
+    let mut shadow = item(&shadow_key, window());
+    shadow.enforce = false;
+    for i in 0..3 {
+        let r = check(store, &call(T0, 1, "r", vec![shadow.clone()])).await;
+        assert!(r.allowed, "shadow never refuses");
+        assert_eq!(
+            r.outcomes[0].allowed,
+            i == 0,
+            "but reports what it would do"
+        );
+    }
+    let mut charged = item(&charged_key, window());
+    charged.charge_rejected = true;
+    for _ in 0..3 {
+        check(store, &call(T0, 1, "r", vec![charged.clone()])).await;
+    }
+    let peek = check(store, &call(T0, 0, "r", vec![charged])).await;
+    assert_eq!(peek.outcomes[0].usage, 3, "refusals were charged");
+}
+
+/// Global rules add other regions' counts.
+pub async fn remote_counts_add(store: &dyn Store, p: &str) {
+    let key = format!("sl:{{{p}remote}}:fw");
+    let mut it = item(
+        &key,
+        Params::FixedWindow {
+            limit: 10,
+            window: Window::Epoch(60 * SECOND),
+        },
+    );
+    it.remote = Remote { cur: 9, prev: 0 };
+    let r = check(store, &call(T0, 1, "r", vec![it.clone()])).await;
+    assert!(r.allowed);
+    assert_eq!((r.outcomes[0].remaining, r.outcomes[0].usage), (0, 1));
+    assert!(!check(store, &call(T0, 1, "r", vec![it])).await.allowed);
+}
+
+/// Identities do not share counts.
+pub async fn identities_are_isolated(store: &dyn Store, p: &str) {
+    for who in ["a", "b"] {
+        let key = format!("sl:{{{p}iso{who}}}:tb");
+        assert!(
+            check(store, &call(T0, 1, "r", vec![item(&key, tb(1, 1))]))
+                .await
+                .allowed
+        );
+        assert!(
+            !check(store, &call(T0, 1, "r", vec![item(&key, tb(1, 1))]))
+                .await
+                .allowed
+        );
+    }
+}
