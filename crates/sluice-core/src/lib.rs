@@ -10,6 +10,7 @@
 //! - [`time`]: microsecond time and durations of the rule format.
 //! - [`algo`]: the six algorithms as `evaluate` / `take` pairs over explicit state.
 //! - [`batch`]: one identity's rules checked together, taken together (the store contract).
+//! - [`breaker`]: the per-shard circuit breaker state machine.
 //! - [`rules`]: the rule format, validation, and the in-memory rule set.
 //! - [`matching`]: descriptors to the rules that apply, with overrides and rollout.
 //! - [`decision`]: outcomes to a decision; HTTP headers and the 429 body.
@@ -20,6 +21,7 @@
 
 pub mod algo;
 pub mod batch;
+pub mod breaker;
 pub mod decision;
 pub mod hash;
 pub mod matching;

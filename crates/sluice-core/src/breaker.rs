@@ -1,0 +1,252 @@
+//! A circuit breaker per store shard, as a pure state machine with time as an argument.
+//!
+//! A struggling Redis must not be hammered by every request: once more than half of the
+//! calls in a window fail, the breaker opens and calls fail fast (each rule's
+//! `on_store_failure` answers); after a cool-off it lets a trickle of probes through and
+//! closes when they succeed. The daemon keeps one per shard; the simulator drives the same
+//! code with its virtual clock.
+//!
+//! ```text
+//! closed --(failures > ratio over window, calls >= min)--> open
+//! open   --(cool_off elapsed)--> half-open (at most `probes` calls in flight)
+//! half-open --(`probes` successes)--> closed ; --(any failure)--> open
+//! ```
+
+use crate::time::{Micros, SECOND};
+
+/// Tuning of a breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Open when more than this percentage of calls in the window failed.
+    pub failure_pct: u64,
+    /// The sliding window over which calls are counted.
+    pub window: Micros,
+    /// Fewer calls than this in the window never open the breaker.
+    pub min_calls: u64,
+    /// Time open before probing.
+    pub cool_off: Micros,
+    /// Probes allowed in flight while half-open, and successes needed to close.
+    pub probes: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failure_pct: 50,
+            window: 5 * SECOND,
+            min_calls: 20,
+            cool_off: 10 * SECOND,
+            probes: 3,
+        }
+    }
+}
+
+/// Where the breaker is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go through.
+    Closed,
+    /// Calls fail fast until `until`.
+    Open {
+        /// End of the cool-off.
+        until: Micros,
+    },
+    /// A trickle of probes goes through.
+    HalfOpen {
+        /// Probes sent and not yet recorded.
+        in_flight: u64,
+        /// Probes that succeeded.
+        successes: u64,
+    },
+}
+
+impl BreakerState {
+    /// 0 closed, 1 half-open, 2 open: the metric's value.
+    pub fn gauge(&self) -> u64 {
+        match self {
+            BreakerState::Closed => 0,
+            BreakerState::HalfOpen { .. } => 1,
+            BreakerState::Open { .. } => 2,
+        }
+    }
+}
+
+const SLOTS: usize = 10;
+
+/// One breaker.
+#[derive(Clone, Debug)]
+pub struct Breaker {
+    cfg: BreakerConfig,
+    state: BreakerState,
+    /// Per slot of `window / SLOTS`: (slot index, calls, failures).
+    slots: [(u64, u64, u64); SLOTS],
+    opened: u64,
+}
+
+impl Breaker {
+    /// A closed breaker.
+    pub fn new(cfg: BreakerConfig) -> Breaker {
+        Breaker {
+            cfg,
+            state: BreakerState::Closed,
+            slots: [(u64::MAX, 0, 0); SLOTS],
+            opened: 0,
+        }
+    }
+
+    /// The current state (an `Open` past its cool-off is reported as such until the next
+    /// [`Breaker::allow`]).
+    pub fn state(&self) -> BreakerState {
+        self.state
+    }
+
+    /// How many times it has opened.
+    pub fn times_opened(&self) -> u64 {
+        self.opened
+    }
+
+    fn slot_len(&self) -> Micros {
+        (self.cfg.window / SLOTS as u64).max(1)
+    }
+
+    /// Whether a call may go to the store now. A `true` while half-open is a probe and must
+    /// be followed by [`Breaker::record`].
+    pub fn allow(&mut self, now: Micros) -> bool {
+        match self.state {
+            BreakerState::Closed => true,
+            BreakerState::Open { until } if now >= until => {
+                self.state = BreakerState::HalfOpen {
+                    in_flight: 1,
+                    successes: 0,
+                };
+                true
+            }
+            BreakerState::Open { .. } => false,
+            BreakerState::HalfOpen {
+                in_flight,
+                successes,
+            } => {
+                if in_flight < self.cfg.probes {
+                    self.state = BreakerState::HalfOpen {
+                        in_flight: in_flight + 1,
+                        successes,
+                    };
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// Records the result of a call that [`Breaker::allow`] let through.
+    pub fn record(&mut self, now: Micros, ok: bool) {
+        match self.state {
+            BreakerState::HalfOpen {
+                in_flight,
+                successes,
+            } => {
+                if !ok {
+                    self.trip(now);
+                } else if successes + 1 >= self.cfg.probes {
+                    self.state = BreakerState::Closed;
+                    self.slots = [(u64::MAX, 0, 0); SLOTS];
+                } else {
+                    self.state = BreakerState::HalfOpen {
+                        in_flight: in_flight.saturating_sub(1),
+                        successes: successes + 1,
+                    };
+                }
+            }
+            BreakerState::Open { .. } => {}
+            BreakerState::Closed => {
+                let idx = now / self.slot_len();
+                let s = &mut self.slots[(idx % SLOTS as u64) as usize];
+                if s.0 != idx {
+                    *s = (idx, 0, 0);
+                }
+                s.1 += 1;
+                if !ok {
+                    s.2 += 1;
+                }
+                let oldest = idx.saturating_sub(SLOTS as u64 - 1);
+                let (calls, failures) = self
+                    .slots
+                    .iter()
+                    .filter(|(i, _, _)| *i != u64::MAX && *i >= oldest && *i <= idx)
+                    .fold((0, 0), |(c, f), (_, sc, sf)| (c + sc, f + sf));
+                if calls >= self.cfg.min_calls && failures * 100 > self.cfg.failure_pct * calls {
+                    self.trip(now);
+                }
+            }
+        }
+    }
+
+    fn trip(&mut self, now: Micros) {
+        self.state = BreakerState::Open {
+            until: now + self.cfg.cool_off,
+        };
+        self.opened += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MILLI;
+
+    #[test]
+    fn opens_on_failures_probes_and_closes() {
+        let mut b = Breaker::new(BreakerConfig::default());
+        let mut now = 1_000 * SECOND;
+        // 19 failures: below min_calls, stays closed.
+        for _ in 0..19 {
+            assert!(b.allow(now));
+            b.record(now, false);
+            now += MILLI;
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert!(b.allow(now));
+        b.record(now, false);
+        assert!(matches!(b.state(), BreakerState::Open { .. }));
+        assert!(!b.allow(now + SECOND));
+        // After the cool-off: three probes, no fourth until they report.
+        now += 10 * SECOND;
+        assert!(b.allow(now) && b.allow(now) && b.allow(now));
+        assert!(!b.allow(now));
+        b.record(now, true);
+        b.record(now, true);
+        b.record(now, true);
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert_eq!(b.times_opened(), 1);
+    }
+
+    #[test]
+    fn a_failed_probe_reopens_and_old_failures_age_out() {
+        let mut b = Breaker::new(BreakerConfig::default());
+        let mut now = 0;
+        for _ in 0..30 {
+            b.allow(now);
+            b.record(now, false);
+        }
+        now += 10 * SECOND;
+        assert!(b.allow(now));
+        b.record(now, false);
+        assert!(matches!(b.state(), BreakerState::Open { until } if until == now + 10 * SECOND));
+        // Closed breaker: failures older than the window do not count.
+        let mut b = Breaker::new(BreakerConfig::default());
+        for _ in 0..15 {
+            b.record(0, false);
+        }
+        for _ in 0..15 {
+            b.record(6 * SECOND, false);
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        // Half the calls failing is not more than half.
+        let mut b = Breaker::new(BreakerConfig::default());
+        for i in 0..40 {
+            b.record(0, i % 2 == 0);
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+    }
+}
