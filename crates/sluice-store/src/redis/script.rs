@@ -217,6 +217,10 @@ pub(crate) fn classify(err: &redis::RedisError, keys: &[String], timeout_ms: u64
     if err.is_timeout() {
         return StoreError::Timeout(timeout_ms);
     }
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        // Wrong credentials do not heal by retrying: an operator must fix the URL.
+        return StoreError::Server(format!("redis: authentication failed: {err}"));
+    }
     if err.is_io_error()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
