@@ -9,8 +9,22 @@
 //!
 //! - [`Published`]: the live rule set and its change notifications.
 //! - [`file`]: the embedded default: a YAML file, reloaded when it changes.
+//! - [`model`]: rules and overrides as stored entries; diffs; the tightening check.
+//! - [`edit`]: the admin API's changes as pure functions on that state.
+//! - [`db`]: PostgreSQL connections, errors, and the schema with its migrations.
+//! - [`store`]: the admin side of PostgreSQL: reads, history, status, versioned commits.
+//! - [`postgres`]: the daemon side: [`postgres::PgSource`] (load, push, pull, cache, status).
+//! - [`snapshot`]: the atomic on-disk copy of the last loaded set.
+//! - [`admin`]: the admin HTTP API ([`admin::router`], [`admin::serve_admin`]).
 
+pub mod admin;
+pub mod db;
+pub mod edit;
 pub mod file;
+pub mod model;
+pub mod postgres;
+pub mod snapshot;
+pub mod store;
 
 use arc_swap::ArcSwap;
 use sluice_core::rules::RuleSet;

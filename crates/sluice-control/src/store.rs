@@ -1,0 +1,564 @@
+//! The admin side of PostgreSQL: reading the rules, their history and the daemons' status,
+//! and committing a change as one transaction that bumps the version.
+//!
+//! A commit locks the version row (`SELECT … FOR UPDATE`), so changes are serialised: it
+//! reads the current state, applies the [`Edit`], validates the *whole* resulting set with
+//! sluice-core, refuses a tightening of more than [`MAX_TIGHTENING`]× unless forced, and only
+//! then writes the current tables, the history rows, the change record, the new version and
+//! a `NOTIFY` (delivered at commit). A refused change writes nothing.
+//!
+//! The queries daemons use to load and pull ([`load_current`], [`pull_after`]) live here too,
+//! next to the writes they must agree with.
+
+use crate::db::{self, CHANNEL, DbError, Migrated, version_from, version_to};
+use crate::edit::{Edit, EditError, apply};
+use crate::model::{Change, Kind, MAX_TIGHTENING, Op, Record, State, tightenings};
+use serde::Serialize;
+use serde_json::Value;
+use sluice_core::rules::RulesError;
+use std::time::Duration;
+use tokio::sync::{Mutex, MutexGuard};
+use tokio_postgres::{Client, Config, GenericClient, IsolationLevel};
+
+/// How long one admin request may spend in PostgreSQL before it is reported unavailable.
+const STATEMENT_BUDGET: Duration = Duration::from_secs(10);
+
+/// `timestamptz` as RFC 3339 UTC text, so no date-time crate is needed.
+const TS: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'"#;
+
+/// Why a change was not committed. Each variant maps to one HTTP status in the admin API.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// PostgreSQL failed (see [`DbError::is_retryable`]).
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The rule or override does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is malformed or exceeds a bound.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The resulting rule set is invalid: nothing was written.
+    #[error(transparent)]
+    Invalid(RulesError),
+    /// The change tightens something more than [`MAX_TIGHTENING`]× and was not forced.
+    #[error("refused: {}; send force=true to apply it anyway", .0.join("; "))]
+    Tightening(Vec<String>),
+    /// The rules changed since the version the caller based its change on.
+    #[error("the rules changed since version {expected} (now {current}); review the diff again")]
+    Conflict {
+        /// The version the caller expected.
+        expected: u64,
+        /// The current version.
+        current: u64,
+    },
+}
+
+impl From<EditError> for CommitError {
+    fn from(e: EditError) -> CommitError {
+        match e {
+            EditError::NotFound(m) => CommitError::NotFound(m),
+            EditError::BadRequest(m) => CommitError::BadRequest(m),
+            EditError::Invalid(e) => CommitError::Invalid(e),
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for CommitError {
+    fn from(e: tokio_postgres::Error) -> CommitError {
+        CommitError::Db(e.into())
+    }
+}
+
+/// How to commit: who asks, and whether to force, only preview, or check the base version.
+#[derive(Clone, Debug, Default)]
+pub struct CommitOptions {
+    /// Recorded in the change log (the `X-Sluice-Actor` header, or the token's role).
+    pub actor: String,
+    /// Apply a tightening of more than [`MAX_TIGHTENING`]×.
+    pub force: bool,
+    /// Validate and compute the diff, write nothing.
+    pub dry_run: bool,
+    /// Refuse with [`CommitError::Conflict`] unless the current version is this one.
+    pub expect_version: Option<u64>,
+}
+
+/// What a commit did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Committed {
+    /// The version now current (the new one, or the unchanged one).
+    pub version: u64,
+    /// The version before.
+    pub previous_version: u64,
+    /// Whether anything changed (an identical `PUT` changes nothing and bumps nothing).
+    pub changed: bool,
+    /// Only previewed.
+    pub dry_run: bool,
+    /// Entry by entry.
+    pub changes: Vec<Change>,
+}
+
+/// One version of one entry, for `GET /v1/rules/{id}/history`.
+#[derive(Clone, Debug, Serialize)]
+pub struct HistoryItem {
+    /// The version that wrote it.
+    pub version: u64,
+    /// Domain name.
+    pub domain: String,
+    /// Who.
+    pub actor: String,
+    /// What action (`put`, `shadow`, `rollback`, …).
+    pub action: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
+    /// The body, or `null` when this version deleted it.
+    pub body: Option<Value>,
+}
+
+/// One version, for `GET /v1/rules:history`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChangeInfo {
+    /// The version.
+    pub version: u64,
+    /// Who.
+    pub actor: String,
+    /// What action.
+    pub action: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
+    /// Entries written.
+    pub entries: i64,
+    /// Extra detail (e.g. `{"to_version": 3}` for a rollback).
+    pub detail: Value,
+}
+
+/// What one daemon last reported.
+#[derive(Clone, Debug, Serialize)]
+pub struct DaemonStatus {
+    /// The daemon's id.
+    pub daemon_id: String,
+    /// Its region.
+    pub region: String,
+    /// The rules version it serves.
+    pub version: u64,
+    /// `postgres` or `snapshot` (serving its disk copy, PostgreSQL unreachable at start).
+    pub source: String,
+    /// When it last reported (RFC 3339, UTC).
+    pub last_seen: String,
+    /// Seconds since then.
+    pub age_s: f64,
+    /// Its version is the current one.
+    pub current: bool,
+    /// The last problem it reported (e.g. a set it refused), if any.
+    pub last_error: Option<String>,
+}
+
+/// The answer to `GET /v1/rules:status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    /// The current version in PostgreSQL.
+    pub version: u64,
+    /// Every daemon that ever reported, by region and id.
+    pub daemons: Vec<DaemonStatus>,
+}
+
+/// The admin API's handle on PostgreSQL: one lazily (re)connected connection. Admin traffic
+/// is a few requests a minute and commits are serialised by the version lock anyway, so a
+/// pool would buy nothing.
+#[derive(Debug)]
+pub struct Store {
+    cfg: Config,
+    client: Mutex<Option<Client>>,
+}
+
+impl Store {
+    /// A store for `url`; connects on first use, so the admin API can start while
+    /// PostgreSQL is down and answer 503 until it is back.
+    pub fn new(url: &str) -> Result<Store, DbError> {
+        Ok(Store {
+            cfg: db::config(url, Duration::from_secs(3), "sluice-admin")?,
+            client: Mutex::new(None),
+        })
+    }
+
+    async fn client(&self) -> Result<MutexGuard<'_, Option<Client>>, DbError> {
+        let mut guard = self.client.lock().await;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = None;
+            *guard = Some(db::connect(&self.cfg).await?);
+        }
+        Ok(guard)
+    }
+
+    async fn with_budget<T, E: From<DbError>>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        match tokio::time::timeout(STATEMENT_BUDGET, f).await {
+            Ok(r) => r,
+            Err(_) => {
+                // The connection may be stuck mid-statement: start afresh next time.
+                if let Ok(mut g) = self.client.try_lock() {
+                    *g = None;
+                }
+                Err(DbError::Unavailable(format!(
+                    "no answer within {}s",
+                    STATEMENT_BUDGET.as_secs()
+                ))
+                .into())
+            }
+        }
+    }
+
+    /// Applies pending migrations (see [`db::migrate`]).
+    pub async fn migrate(&self) -> Result<Migrated, DbError> {
+        self.with_budget(async {
+            let mut g = self.client().await?;
+            let c = g.as_mut().ok_or_else(gone)?;
+            db::migrate(c).await
+        })
+        .await
+    }
+
+    /// The current version and state, read consistently.
+    pub async fn current(&self) -> Result<(u64, State), DbError> {
+        self.with_budget(async {
+            let mut g = self.client().await?;
+            let c = g.as_mut().ok_or_else(gone)?;
+            let tx = c
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let (version, _, state) = load_current(&tx).await?;
+            tx.commit().await?;
+            Ok((version, state))
+        })
+        .await
+    }
+
+    /// Every version of one entry, newest first (at most `limit`).
+    pub async fn history(
+        &self,
+        kind: Kind,
+        domain: Option<&str>,
+        key: &str,
+        limit: i64,
+    ) -> Result<Vec<HistoryItem>, DbError> {
+        self.with_budget(async {
+            let g = self.client().await?;
+            let c = g.as_ref().ok_or_else(gone)?;
+            let sql = format!(
+                "SELECT h.version, h.domain, c.actor, c.action, to_char(c.at AT TIME ZONE 'UTC', {TS}), h.body
+                 FROM sluice_history h JOIN sluice_changes c USING (version)
+                 WHERE h.kind = $1 AND h.key = $2 AND ($3::text IS NULL OR h.domain = $3)
+                 ORDER BY h.version DESC LIMIT $4"
+            );
+            let rows = c
+                .query(&sql, &[&kind.as_str(), &key, &domain, &limit])
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| HistoryItem {
+                    version: version_from(r.get(0)),
+                    domain: r.get(1),
+                    actor: r.get(2),
+                    action: r.get(3),
+                    at: r.get(4),
+                    body: r.get(5),
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// The latest versions, newest first (at most `limit`): what `rollback --to` picks from.
+    pub async fn changes(&self, limit: i64) -> Result<Vec<ChangeInfo>, DbError> {
+        self.with_budget(async {
+            let g = self.client().await?;
+            let c = g.as_ref().ok_or_else(gone)?;
+            let sql = format!(
+                "SELECT c.version, c.actor, c.action, to_char(c.at AT TIME ZONE 'UTC', {TS}), c.detail,
+                        (SELECT count(*) FROM sluice_history h WHERE h.version = c.version)
+                 FROM sluice_changes c ORDER BY c.version DESC LIMIT $1"
+            );
+            let rows = c.query(&sql, &[&limit]).await?;
+            Ok(rows
+                .iter()
+                .map(|r| ChangeInfo {
+                    version: version_from(r.get(0)),
+                    actor: r.get(1),
+                    action: r.get(2),
+                    at: r.get(3),
+                    detail: r.get(4),
+                    entries: r.get(5),
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// The current version and every daemon's report.
+    pub async fn status(&self) -> Result<Status, DbError> {
+        self.with_budget(async {
+            let g = self.client().await?;
+            let c = g.as_ref().ok_or_else(gone)?;
+            let version = version_from(
+                c.query_one("SELECT version FROM sluice_version", &[])
+                    .await?
+                    .get(0),
+            );
+            let sql = format!(
+                "SELECT daemon_id, region, version, source, to_char(last_seen AT TIME ZONE 'UTC', {TS}),
+                        extract(epoch FROM now() - last_seen)::float8, last_error
+                 FROM sluice_daemons ORDER BY region, daemon_id"
+            );
+            let daemons = c
+                .query(&sql, &[])
+                .await?
+                .iter()
+                .map(|r| {
+                    let v = version_from(r.get(2));
+                    DaemonStatus {
+                        daemon_id: r.get(0),
+                        region: r.get(1),
+                        version: v,
+                        source: r.get(3),
+                        last_seen: r.get(4),
+                        age_s: r.get(5),
+                        current: v == version,
+                        last_error: r.get(6),
+                    }
+                })
+                .collect();
+            Ok(Status { version, daemons })
+        })
+        .await
+    }
+
+    /// Applies `edit` as one new version (see the module docs for the checks).
+    pub async fn commit(
+        &self,
+        edit: &Edit,
+        opts: &CommitOptions,
+    ) -> Result<Committed, CommitError> {
+        self.with_budget(async {
+            let mut g = self.client().await?;
+            let c = g.as_mut().ok_or_else(gone)?;
+            commit(c, edit, opts).await
+        })
+        .await
+    }
+}
+
+fn gone() -> DbError {
+    DbError::Unavailable("no connection".into())
+}
+
+async fn commit(
+    c: &mut Client,
+    edit: &Edit,
+    opts: &CommitOptions,
+) -> Result<Committed, CommitError> {
+    let tx = c.transaction().await?;
+    let row = tx
+        .query_one("SELECT version FROM sluice_version FOR UPDATE", &[])
+        .await?;
+    let version = version_from(row.get(0));
+    if let Some(expected) = opts.expect_version
+        && expected != version
+    {
+        return Err(CommitError::Conflict {
+            expected,
+            current: version,
+        });
+    }
+    let (_, _, before) = load_current(&tx).await?;
+    let past = match edit {
+        Edit::Rollback { to } => {
+            if *to == 0 || *to > version {
+                return Err(CommitError::BadRequest(format!(
+                    "to_version must be between 1 and the current version {version}, got {to}"
+                )));
+            }
+            Some(state_at(&tx, *to).await?)
+        }
+        _ => None,
+    };
+    let after = apply(&before, edit, past.as_ref())?;
+    let changes = before.diff(&after);
+    let unchanged = Committed {
+        version,
+        previous_version: version,
+        changed: false,
+        dry_run: opts.dry_run,
+        changes: vec![],
+    };
+    if changes.is_empty() {
+        return Ok(unchanged);
+    }
+    let next = version + 1;
+    let after_set = after.to_rule_set(next).map_err(CommitError::Invalid)?;
+    if !opts.force {
+        // A current set that no longer validates (a newer release's stricter rules) has
+        // nothing trustworthy to compare with: the change is judged on its own.
+        if let Ok(before_set) = before.to_rule_set(version) {
+            let refused = tightenings(&before_set, &after_set, &changes, MAX_TIGHTENING);
+            if !refused.is_empty() {
+                return Err(CommitError::Tightening(refused));
+            }
+        }
+    }
+    if opts.dry_run {
+        return Ok(Committed {
+            changes,
+            changed: true,
+            ..unchanged
+        });
+    }
+    let detail = match edit {
+        Edit::Rollback { to } => serde_json::json!({"to_version": to}),
+        _ => serde_json::json!({}),
+    };
+    tx.execute(
+        "UPDATE sluice_version SET version = $1",
+        &[&version_to(next)],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO sluice_changes (version, actor, action, detail) VALUES ($1, $2, $3, $4)",
+        &[&version_to(next), &opts.actor, &edit.action(), &detail],
+    )
+    .await?;
+    for ch in &changes {
+        let (table, keycol) = match ch.kind {
+            Kind::Rule => ("sluice_rules", "id"),
+            Kind::Override => ("sluice_overrides", "key"),
+        };
+        match (&ch.op, &ch.after) {
+            (Op::Delete, _) | (_, None) => {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE domain = $1 AND {keycol} = $2"),
+                    &[&ch.domain, &ch.key],
+                )
+                .await?;
+            }
+            (_, Some(body)) => {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {table} (domain, {keycol}, position, body, version)
+                         VALUES ($1, $2, $3, $4, $5)
+                         ON CONFLICT (domain, {keycol}) DO UPDATE
+                         SET position = EXCLUDED.position, body = EXCLUDED.body, version = EXCLUDED.version"
+                    ),
+                    &[&ch.domain, &ch.key, &ch.position, body, &version_to(next)],
+                )
+                .await?;
+            }
+        }
+        tx.execute(
+            "INSERT INTO sluice_history (version, kind, domain, key, position, body)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &version_to(next),
+                &ch.kind.as_str(),
+                &ch.domain,
+                &ch.key,
+                &ch.position,
+                &ch.after,
+            ],
+        )
+        .await?;
+    }
+    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &next.to_string()])
+        .await?;
+    tx.commit().await?;
+    tracing::info!(
+        version = next,
+        action = edit.action(),
+        actor = %opts.actor,
+        entries = changes.len(),
+        "rules changed"
+    );
+    Ok(Committed {
+        version: next,
+        previous_version: version,
+        changed: true,
+        dry_run: false,
+        changes,
+    })
+}
+
+fn record(r: &tokio_postgres::Row) -> Option<Record> {
+    Some(Record {
+        kind: Kind::parse(r.get::<_, &str>(0))?,
+        domain: r.get(1),
+        key: r.get(2),
+        position: r.get(3),
+        body: r.get(4),
+    })
+}
+
+/// The current version, the database's instance id and every entry. Call it inside a
+/// repeatable-read transaction (or with the version row locked) for a consistent view.
+pub async fn load_current(c: &impl GenericClient) -> Result<(u64, String, State), DbError> {
+    let row = c
+        .query_one("SELECT version, instance FROM sluice_version", &[])
+        .await?;
+    let (version, instance) = (version_from(row.get(0)), row.get(1));
+    let rows = c
+        .query(
+            "SELECT 'rule', domain, id, position, body FROM sluice_rules
+             UNION ALL
+             SELECT 'override', domain, key, position, body FROM sluice_overrides",
+            &[],
+        )
+        .await?;
+    let mut state = State::default();
+    for r in rows.iter().filter_map(record) {
+        state.apply_record(r);
+    }
+    Ok((version, instance, state))
+}
+
+/// The state as it was right after `version` was committed, rebuilt from the history.
+pub async fn state_at(c: &impl GenericClient, version: u64) -> Result<State, DbError> {
+    let rows = c
+        .query(
+            "SELECT DISTINCT ON (kind, domain, key) kind, domain, key, position, body
+             FROM sluice_history WHERE version <= $1
+             ORDER BY kind, domain, key, version DESC",
+            &[&version_to(version)],
+        )
+        .await?;
+    let mut state = State::default();
+    for r in rows.iter().filter_map(record) {
+        state.apply_record(r);
+    }
+    Ok(state)
+}
+
+/// What a daemon at version `after` is missing: the current version, the database's
+/// instance id, and every history record written since, oldest first (later records of the
+/// same entry replace earlier ones when applied in order).
+pub async fn pull_after(
+    c: &impl GenericClient,
+    after: u64,
+) -> Result<(u64, String, Vec<Record>), DbError> {
+    let row = c
+        .query_one("SELECT version, instance FROM sluice_version", &[])
+        .await?;
+    let (version, instance) = (version_from(row.get(0)), row.get(1));
+    if version <= after {
+        return Ok((version, instance, vec![]));
+    }
+    let rows = c
+        .query(
+            "SELECT kind, domain, key, position, body FROM sluice_history
+             WHERE version > $1 ORDER BY version",
+            &[&version_to(after)],
+        )
+        .await?;
+    Ok((version, instance, rows.iter().filter_map(record).collect()))
+}
