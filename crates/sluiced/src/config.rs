@@ -15,6 +15,16 @@ pub enum StoreConfig {
         #[serde(default = "default_max_keys")]
         max_keys: usize,
     },
+    /// One Redis (or a primary behind a stable address). AUTH through the URL.
+    Redis {
+        /// `redis://[user:pass@]host:port/db`.
+        url: String,
+    },
+    /// A Redis Cluster, by seed nodes.
+    RedisCluster {
+        /// Seed node URLs.
+        urls: Vec<String>,
+    },
 }
 
 fn default_max_keys() -> usize {
@@ -47,8 +57,18 @@ pub struct Config {
     pub rules_poll_ms: u64,
     /// Counter store.
     pub store: StoreConfig,
-    /// Deadline of one store call, ms.
+    /// Deadline of one store call, ms (the hot path's budget; no retries).
     pub store_timeout_ms: u64,
+    /// Deadline of connecting to a store node, ms.
+    pub store_connect_timeout_ms: u64,
+    /// Circuit breaker per store shard: open above this failure percentage...
+    pub breaker_failure_pct: u64,
+    /// ...over this window (ms)...
+    pub breaker_window_ms: u64,
+    /// ...once at least this many calls were made in the window.
+    pub breaker_min_calls: u64,
+    /// Cool-off before half-open probes, ms.
+    pub breaker_cool_off_ms: u64,
     /// Local fallback buckets hold this fraction of a rule's numbers (see docs/failure.md).
     pub local_factor: f64,
     /// How long a stopping daemon waits for in-flight requests and open connections.
@@ -70,6 +90,11 @@ impl Default for Config {
             rules_poll_ms: 1000,
             store: StoreConfig::default(),
             store_timeout_ms: 3,
+            store_connect_timeout_ms: 100,
+            breaker_failure_pct: 50,
+            breaker_window_ms: 5_000,
+            breaker_min_calls: 20,
+            breaker_cool_off_ms: 10_000,
             local_factor: 0.5,
             drain_timeout_ms: 5_000,
             log: "info".into(),
@@ -98,10 +123,27 @@ impl Config {
             "store_timeout_ms must be 1 to 60000"
         );
         anyhow::ensure!(
+            (1..=100).contains(&self.breaker_failure_pct)
+                && self.breaker_window_ms > 0
+                && self.breaker_cool_off_ms > 0,
+            "breaker_failure_pct must be 1 to 100 and breaker windows greater than zero"
+        );
+        anyhow::ensure!(
             self.local_factor > 0.0 && self.local_factor <= 1.0,
             "local_factor must be in (0, 1]"
         );
         Ok(())
+    }
+
+    /// The breaker tuning as the core takes it.
+    pub fn breaker(&self) -> sluice_core::breaker::BreakerConfig {
+        sluice_core::breaker::BreakerConfig {
+            failure_pct: self.breaker_failure_pct,
+            window: self.breaker_window_ms * 1000,
+            min_calls: self.breaker_min_calls,
+            cool_off: self.breaker_cool_off_ms * 1000,
+            probes: 3,
+        }
     }
 
     /// The daemon id, defaulted.

@@ -3,14 +3,17 @@
 //! local buckets where a call failed, and let the core decide.
 
 use crate::metrics::Metrics;
+use futures_util::FutureExt as _;
 use sluice_control::Published;
 use sluice_core::algo::{Kind, MAX_LIMIT};
+use sluice_core::breaker::{Breaker, BreakerConfig, BreakerState};
 use sluice_core::decision::{Answer, Code, Decision, Via, plan};
 use sluice_core::matching::{Descriptors, InputError, applicable};
 use sluice_core::{Micros, Remote};
 use sluice_store::{MemoryStore, Store, StoreError};
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Why a check was refused as input (HTTP 400 / gRPC `INVALID_ARGUMENT`).
@@ -69,9 +72,14 @@ pub struct Engine {
     pub store_timeout: Duration,
     /// Remote counts for global rules, when regions are configured.
     pub remote: Option<Arc<dyn RemoteSource>>,
+    /// One circuit breaker per store shard (shard index modulo [`BREAKERS`]).
+    breakers: Vec<Mutex<Breaker>>,
     daemon_tag: String,
     seq: AtomicU64,
 }
+
+/// Breakers kept: a Redis Cluster's node index picks one (modulo this).
+pub const BREAKERS: usize = 64;
 
 impl Engine {
     /// An engine over a store and a rule publication.
@@ -82,8 +90,12 @@ impl Engine {
         local_permille: u64,
         store_timeout: Duration,
         daemon_tag: String,
+        breaker: BreakerConfig,
     ) -> Engine {
         Engine {
+            breakers: (0..BREAKERS)
+                .map(|_| Mutex::new(Breaker::new(breaker)))
+                .collect(),
             rules,
             store,
             local: MemoryStore::new(100_000),
@@ -96,18 +108,78 @@ impl Engine {
         }
     }
 
+    fn breaker(&self, key: &str) -> (usize, std::sync::MutexGuard<'_, Breaker>) {
+        let shard = self.store.shard_of(key) % BREAKERS;
+        (
+            shard,
+            self.breakers[shard]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    /// Breaker state per shard, for `/metrics` (only shards that ever saw a call).
+    pub fn breaker_states(&self) -> Vec<(usize, BreakerState, u64)> {
+        self.breakers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                let b = b.lock().unwrap_or_else(|p| p.into_inner());
+                (i == 0 || b.times_opened() > 0).then(|| (i, b.state(), b.times_opened()))
+            })
+            .collect()
+    }
+
+    /// One store call: through the shard's breaker, under the deadline, with panics in the
+    /// store path turned into failures (a bug takes the same path as an outage).
     async fn call_store(
         &self,
         call: &sluice_core::batch::Call,
     ) -> Result<sluice_core::batch::CallResult, StoreError> {
+        let key = call
+            .items
+            .first()
+            .map(|i| i.key.as_str())
+            .unwrap_or_default();
+        if !self.breaker(key).1.allow(now_micros()) {
+            return Err(StoreError::Unavailable("circuit breaker open".into()));
+        }
         let t = Instant::now();
-        let r = match tokio::time::timeout(self.store_timeout, self.store.check(call)).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.store_timeout.as_millis() as u64)),
+        let fut = AssertUnwindSafe(tokio::time::timeout(
+            self.store_timeout,
+            self.store.check(call),
+        ))
+        .catch_unwind();
+        let r = match fut.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(StoreError::Timeout(self.store_timeout.as_millis() as u64)),
+            Err(_) => {
+                tracing::error!("panic in the store path; treating it as a store failure");
+                Err(StoreError::Server(
+                    "internal error (panic) in the store path".into(),
+                ))
+            }
         };
         self.metrics
             .store_latency
             .observe(t.elapsed().as_secs_f64());
+        {
+            let (shard, mut b) = self.breaker(key);
+            let before = b.state();
+            b.record(now_micros(), r.is_ok());
+            let after = b.state();
+            if before != after {
+                match after {
+                    BreakerState::Open { .. } => tracing::warn!(shard, "store breaker opened"),
+                    BreakerState::Closed => {
+                        tracing::info!(shard, "store breaker closed; dropping local buckets");
+                        drop(b);
+                        self.local.clear();
+                    }
+                    BreakerState::HalfOpen { .. } => {}
+                }
+            }
+        }
         if let Err(e) = &r {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(error = %e, retryable = e.retryable(), "store call failed");

@@ -129,7 +129,7 @@ async fn healthz(State(engine): State<Arc<Engine>>) -> Response {
 
 async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
     let rules = engine.rules.load();
-    let text = engine.metrics.render(&[
+    let mut text = engine.metrics.render(&[
         (
             "sluice_rules_version",
             "Version of the rules this daemon serves.",
@@ -146,6 +146,20 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
             engine.local.len() as u64,
         ),
     ]);
+    text.push_str("# HELP sluice_breaker_state Store circuit breaker per shard: 0 closed, 1 half-open, 2 open.\n# TYPE sluice_breaker_state gauge\n");
+    let breakers = engine.breaker_states();
+    for (shard, state, _) in &breakers {
+        text.push_str(&format!(
+            "sluice_breaker_state{{shard=\"{shard}\"}} {}\n",
+            state.gauge()
+        ));
+    }
+    text.push_str("# HELP sluice_breaker_opened_total Times a shard's breaker opened.\n# TYPE sluice_breaker_opened_total counter\n");
+    for (shard, _, opened) in &breakers {
+        text.push_str(&format!(
+            "sluice_breaker_opened_total{{shard=\"{shard}\"}} {opened}\n"
+        ));
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -192,6 +206,7 @@ mod tests {
             500,
             Duration::from_millis(3),
             "t".into(),
+            Default::default(),
         )
     }
 

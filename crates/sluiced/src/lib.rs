@@ -51,11 +51,25 @@ impl Listeners {
     }
 }
 
-fn build_store(cfg: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<Arc<MemoryStore>>)> {
+async fn build_store(cfg: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<Arc<MemoryStore>>)> {
+    let redis = |urls: Vec<String>, cluster: bool| sluice_store::redis::RedisConfig {
+        urls,
+        cluster,
+        timeout_ms: cfg.store_timeout_ms,
+        connect_timeout_ms: cfg.store_connect_timeout_ms,
+    };
     match &cfg.store {
         StoreConfig::Memory { max_keys } => {
             let m = Arc::new(MemoryStore::new(*max_keys));
             Ok((m.clone() as Arc<dyn Store>, Some(m)))
+        }
+        StoreConfig::Redis { url } => {
+            let s = sluice_store::redis::connect(&redis(vec![url.clone()], false)).await?;
+            Ok((s, None))
+        }
+        StoreConfig::RedisCluster { urls } => {
+            let s = sluice_store::redis::connect(&redis(urls.clone(), true)).await?;
+            Ok((s, None))
         }
     }
 }
@@ -79,7 +93,8 @@ pub async fn run(
         stop_rx.clone(),
     ));
 
-    let (store, memory) = build_store(&cfg)?;
+    let (store, memory) = build_store(&cfg).await?;
+    tracing::info!(store = store.kind(), "counter store ready");
     let metrics = Arc::new(metrics::Metrics::default());
     let engine = Arc::new(Engine::new(
         published.clone(),
@@ -88,6 +103,7 @@ pub async fn run(
         (cfg.local_factor * 1000.0).round() as u64,
         Duration::from_millis(cfg.store_timeout_ms),
         cfg.daemon_id(),
+        cfg.breaker(),
     ));
 
     // Idle state expires: sweep the memory stores so memory follows active keys.

@@ -27,6 +27,15 @@ struct Args {
     /// Daemon id (default region-pid).
     #[arg(long)]
     daemon_id: Option<String>,
+    /// Count in this Redis (`redis://host:port/`) instead of in memory.
+    #[arg(long, conflicts_with = "redis_cluster")]
+    redis: Option<String>,
+    /// Count in this Redis Cluster (comma-separated seed URLs).
+    #[arg(long, value_delimiter = ',')]
+    redis_cluster: Option<Vec<String>>,
+    /// Deadline of one store call, ms (default 3).
+    #[arg(long)]
+    store_timeout_ms: Option<u64>,
 }
 
 fn config(args: &Args) -> anyhow::Result<Config> {
@@ -53,6 +62,15 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(d) = &args.daemon_id {
         cfg.daemon_id = Some(d.clone());
+    }
+    if let Some(url) = &args.redis {
+        cfg.store = sluiced::config::StoreConfig::Redis { url: url.clone() };
+    }
+    if let Some(urls) = &args.redis_cluster {
+        cfg.store = sluiced::config::StoreConfig::RedisCluster { urls: urls.clone() };
+    }
+    if let Some(t) = args.store_timeout_ms {
+        cfg.store_timeout_ms = t;
     }
     cfg.validate()?;
     Ok(cfg)
