@@ -16,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "google/protobuf/duration.proto",
         "google/protobuf/struct.proto",
         "google/protobuf/timestamp.proto",
+        "google/protobuf/wrappers.proto",
     ];
     let paths: Vec<_> = files.iter().map(|f| root.join(f)).collect();
     for p in &paths {

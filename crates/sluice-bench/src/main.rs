@@ -1,2 +1,181 @@
-//! stub
-fn main() {}
+//! `sluice-bench`: a load generator for rate limiters, with HDR latency histograms.
+//!
+//! It speaks Sluice's gRPC `Check`, Envoy's `ShouldRateLimit` (so the same load can be
+//! offered to Sluice and to any other Envoy rate limit service, such as Limitador) and
+//! Sluice's HTTP JSON API. Closed loop finds saturation; open loop offers a fixed rate and
+//! measures latency from each request's intended send time. See docs/benchmark.md.
+//!
+//! # Layout
+//!
+//! - [`keys`]: key distributions (hot, uniform, Zipf) over a seeded generator.
+//! - [`target`]: the three APIs' clients.
+//! - [`http1`]: the minimal HTTP/1.1 keep-alive client behind the HTTP API.
+//! - [`run`]: the open and closed loops, histograms, progress line.
+//! - [`report`]: text and JSON output.
+
+mod http1;
+mod keys;
+mod report;
+mod run;
+mod target;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use std::net::{SocketAddr, ToSocketAddrs as _};
+use std::time::Duration;
+
+/// Load generator for sluiced (gRPC, Envoy RLS, HTTP) and other Envoy rate limit services.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Which API to call.
+    #[arg(long, value_enum, default_value = "envoy")]
+    api: target::Api,
+    /// Server address, host:port (gRPC port for grpc/envoy, HTTP port for http).
+    #[arg(long)]
+    addr: String,
+    /// Domain (a Limitador namespace).
+    #[arg(long, default_value = "bench")]
+    domain: String,
+    /// Descriptor that carries the drawn key.
+    #[arg(long, default_value = "user")]
+    key_name: String,
+    /// Key values are this prefix followed by the key's number.
+    #[arg(long, default_value = "u")]
+    key_prefix: String,
+    /// A fixed descriptor sent with every request, NAME=VALUE (repeatable).
+    #[arg(long = "descriptor", value_name = "NAME=VALUE")]
+    descriptors: Vec<String>,
+    /// Key distribution.
+    #[arg(long, default_value = "uniform", value_parser = ["hot", "uniform", "zipf"])]
+    dist: String,
+    /// Number of distinct keys (uniform, zipf).
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 1.1)]
+    zipf_s: f64,
+    /// Cost of each request (Envoy hits_addend).
+    #[arg(long, default_value_t = 1)]
+    cost: u32,
+    /// Open loop at this many requests per second; without it, closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Closed loop: workers. Open loop: most requests in flight.
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// HTTP/2 connections for grpc/envoy (HTTP uses one per worker).
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Measured duration, seconds (at most 3600).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Unmeasured warm-up before it, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Stop after this many requests, warm-up included.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Per-request deadline, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    timeout_ms: u64,
+    /// Seed of the key draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runtime threads (default: the CPUs this process may run on).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn secs(name: &str, v: f64, max: f64) -> anyhow::Result<Duration> {
+    if !(v.is_finite() && (0.0..=max).contains(&v)) {
+        bail!("--{name} must be 0 to {max} seconds, got {v}");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn plan(a: &Args) -> anyhow::Result<run::Plan> {
+    let addr: SocketAddr = a
+        .addr
+        .to_socket_addrs()
+        .with_context(|| format!("resolving --addr {}", a.addr))?
+        .next()
+        .with_context(|| format!("--addr {} resolves to nothing", a.addr))?;
+    let mut extra = Vec::new();
+    for d in &a.descriptors {
+        let Some((k, v)) = d.split_once('=') else {
+            bail!("--descriptor {d:?} must be NAME=VALUE");
+        };
+        extra.push((k.to_string(), v.to_string()));
+    }
+    let duration = secs("duration", a.duration, 3600.0)?;
+    if duration.is_zero() {
+        bail!("--duration must be more than 0");
+    }
+    let mode = match a.rate {
+        Some(rate) if rate.is_finite() && rate > 0.0 => run::Mode::Open { rate },
+        Some(rate) => bail!("--rate must be a positive number, got {rate}"),
+        None => run::Mode::Closed,
+    };
+    let concurrency = a.concurrency.unwrap_or(match mode {
+        run::Mode::Closed => 64,
+        run::Mode::Open { .. } => 512,
+    });
+    if concurrency == 0 || concurrency > 100_000 {
+        bail!("--concurrency must be 1 to 100000");
+    }
+    Ok(run::Plan {
+        shape: target::Shape {
+            api: a.api,
+            addr,
+            domain: a.domain.clone(),
+            key_name: a.key_name.clone(),
+            key_prefix: a.key_prefix.clone(),
+            extra,
+            cost: a.cost,
+        },
+        mode,
+        concurrency,
+        connections: a.connections.max(1),
+        dist: keys::Dist::new(&a.dist, a.keys, a.zipf_s)?,
+        duration,
+        warmup: secs("warmup", a.warmup, 600.0)?,
+        max_requests: a.requests,
+        timeout: Duration::from_millis(a.timeout_ms.max(1)),
+        seed: a.seed,
+        progress: !a.quiet,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let plan = plan(&args)?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(t) = args.threads {
+        rt.worker_threads(t.max(1));
+    }
+    let outcome = rt.build()?.block_on(run::run(plan.clone()))?;
+    if args.json {
+        println!("{}", report::json(&plan, &outcome));
+    } else {
+        print!("{}", report::text(&plan, &outcome));
+    }
+    if outcome.allowed + outcome.denied == 0 {
+        bail!(
+            "no request was answered{}",
+            outcome
+                .first_error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}

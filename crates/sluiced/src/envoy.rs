@@ -9,7 +9,10 @@
 //!   `key.2`, `key.3`, …), plus [`KEYS_DESCRIPTOR`] = the entry keys joined by `/`, which lets
 //!   rules imported from an envoyproxy/ratelimit config apply only at their own depth, as they
 //!   do there. Rules that do not name it ignore it.
-//! - `hits_addend` is the cost; 0 (unset) means 1, as in Envoy.
+//! - `hits_addend` is the cost; 0 (unset) means 1, as in Envoy. A descriptor's own
+//!   `hits_addend` (newer Envoys) wins over the request's; 0 there is a peek that takes
+//!   nothing. A descriptor with `is_negative_hits` asks for a refund, which Sluice's
+//!   algorithms do not have: it is answered OK without counting (docs/envoy.md).
 //! - One [`DescriptorStatus`] per descriptor, in order: `OVER_LIMIT` when that check refused;
 //!   `current_limit`, `limit_remaining` and `duration_until_reset` from the refusing policy,
 //!   or else from the most restrictive one; `overall_code` is `OVER_LIMIT` if any descriptor
@@ -175,6 +178,10 @@ impl RateLimitService {
     ) -> Result<Decision, EnvoyError> {
         if d.entries.is_empty() {
             return Err(EnvoyError::NoEntries(index));
+        }
+        let cost = d.hits_addend.unwrap_or(cost);
+        if d.is_negative_hits {
+            return Ok(Decision::unlimited(self.engine.rules.version()));
         }
         let (pairs, keys) = descriptors(d.entries);
         let r = match d.limit {
@@ -563,6 +570,7 @@ rules:
             500,
             Duration::from_millis(50),
             "test".into(),
+            sluice_core::breaker::BreakerConfig::default(),
         );
         RateLimitService::new(Arc::new(engine), config)
     }
@@ -580,7 +588,7 @@ rules:
                     value: v.to_string(),
                 })
                 .collect(),
-            limit: None,
+            ..Default::default()
         }
     }
 
@@ -724,6 +732,25 @@ rules:
             s.decide(req("edge", vec![d], 1)).await,
             Err(EnvoyError::BadUnit { index: 0, unit: 0 })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_descriptors_own_hits_win_and_refunds_count_nothing() {
+        let s = memory();
+        let mut d = desc(&[("user", "u9")]);
+        d.hits_addend = Some(2);
+        let r = ask(&s, req("edge", vec![d.clone(), desc(&[("user", "u8")])], 1)).await;
+        assert_eq!(r.statuses[0].limit_remaining, 1, "the descriptor's 2 hits");
+        assert_eq!(r.statuses[1].limit_remaining, 2, "the request's 1 hit");
+        d.hits_addend = Some(0);
+        let r = ask(&s, req("edge", vec![d.clone()], 1)).await;
+        assert_eq!(r.statuses[0].limit_remaining, 1, "0 is a peek");
+        d.hits_addend = Some(5);
+        d.is_negative_hits = true;
+        let r = ask(&s, req("edge", vec![d], 1)).await;
+        assert_eq!(r.overall_code, RlsCode::Ok as i32);
+        let r = ask(&s, req("edge", vec![desc(&[("user", "u9")])], 1)).await;
+        assert_eq!(r.statuses[0].limit_remaining, 0, "no refund was made");
     }
 
     #[tokio::test]

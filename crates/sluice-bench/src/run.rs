@@ -1,0 +1,399 @@
+//! The load loops.
+//!
+//! - Closed loop: `concurrency` workers, each sending its next request when the last one
+//!   answered. Finds the saturation throughput; its latencies hide queueing by design.
+//! - Open loop: requests are due at a fixed rate, `start + i / rate`, whether or not earlier
+//!   ones have answered; a pool of `concurrency` workers takes them from one queue, and each
+//!   latency is measured from the request's *intended* send time. A stalled server therefore
+//!   shows up in the percentiles instead of silently slowing the load (coordinated omission
+//!   corrected, as in wrk2).
+//!
+//! Both stop at a deadline and, if given, after a number of requests; requests started in
+//! the warm-up are answered but not measured.
+
+use crate::keys::{Dist, Rng};
+use crate::target::{Client, Shape, Verdict, channels};
+use hdrhistogram::Histogram;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Largest latency recorded; slower answers are clamped to it.
+const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// Samples a worker keeps before merging them into the shared histograms.
+const BATCH: usize = 256;
+
+/// Open or closed loop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mode {
+    /// `concurrency` workers back to back.
+    Closed,
+    /// `rate` requests per second, `concurrency` workers at most in flight.
+    Open {
+        /// Requests per second.
+        rate: f64,
+    },
+}
+
+/// One run's parameters.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// What the requests look like.
+    pub shape: Shape,
+    /// Open or closed.
+    pub mode: Mode,
+    /// Workers (closed) or most requests in flight (open).
+    pub concurrency: usize,
+    /// HTTP/2 connections for the gRPC APIs.
+    pub connections: usize,
+    /// Key distribution.
+    pub dist: Dist,
+    /// Measured duration.
+    pub duration: Duration,
+    /// Unmeasured lead-in.
+    pub warmup: Duration,
+    /// Stop after this many requests (warm-up included).
+    pub max_requests: Option<u64>,
+    /// Per-request deadline; a request past it is an error.
+    pub timeout: Duration,
+    /// Seeds the key draws.
+    pub seed: u64,
+    /// Print a progress line every second on stderr.
+    pub progress: bool,
+}
+
+/// Counts of one run.
+#[derive(Debug, Default)]
+struct Counters {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Counters {
+    fn add(&self, r: &Result<Verdict, ()>) {
+        let c = match r {
+            Ok(Verdict::Allowed) => &self.allowed,
+            Ok(Verdict::Denied) => &self.denied,
+            Err(()) => &self.errors,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn total(&self) -> u64 {
+        self.allowed.load(Ordering::Relaxed)
+            + self.denied.load(Ordering::Relaxed)
+            + self.errors.load(Ordering::Relaxed)
+    }
+}
+
+struct Histograms {
+    measured: Histogram<u64>,
+    interval: Histogram<u64>,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    issued: AtomicU64,
+    started: AtomicU64,
+    measure_from: Instant,
+    all: Counters,
+    measured: Counters,
+    hist: Mutex<Histograms>,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn merge(&self, batch: &mut Vec<(u64, bool)>) {
+        if batch.is_empty() {
+            return;
+        }
+        if let Ok(mut h) = self.hist.lock() {
+            for &(ns, measured) in batch.iter() {
+                let ns = ns.clamp(1, MAX_LATENCY_NS);
+                let _ = h.interval.record(ns);
+                if measured {
+                    let _ = h.measured.record(ns);
+                }
+            }
+        }
+        batch.clear();
+    }
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Answered allowed.
+    pub allowed: u64,
+    /// Answered refused.
+    pub denied: u64,
+    /// Failed (transport, status, timeout).
+    pub errors: u64,
+    /// Open loop: requests due but never started before the deadline (the server fell
+    /// behind the offered rate).
+    pub unsent: u64,
+    /// Latency of answered requests, ns.
+    pub latency: Histogram<u64>,
+    /// The first error seen, to explain a non-zero count.
+    pub first_error: Option<String>,
+}
+
+fn key_string(out: &mut String, prefix: &str, k: u64) {
+    out.clear();
+    out.push_str(prefix);
+    let _ = write!(out, "{k}");
+}
+
+async fn one(
+    client: &mut Client,
+    shape: &Shape,
+    key: &str,
+    timeout: Duration,
+    shared: &Shared,
+) -> Result<Verdict, ()> {
+    match tokio::time::timeout(timeout, client.call(shape, key)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            note_error(shared, format!("{e:#}"));
+            Err(())
+        }
+        Err(_) => {
+            note_error(shared, format!("timed out after {timeout:?}"));
+            Err(())
+        }
+    }
+}
+
+fn note_error(shared: &Shared, e: String) {
+    if let Ok(mut f) = shared.first_error.lock()
+        && f.is_none()
+    {
+        *f = Some(e);
+    }
+}
+
+fn record(
+    shared: &Shared,
+    batch: &mut Vec<(u64, bool)>,
+    r: Result<Verdict, ()>,
+    from: Instant,
+    measured: bool,
+) {
+    shared.all.add(&r);
+    if measured {
+        shared.measured.add(&r);
+    }
+    if r.is_ok() {
+        batch.push((from.elapsed().as_nanos() as u64, measured));
+        if batch.len() >= BATCH {
+            shared.merge(batch);
+        }
+    }
+}
+
+/// Runs the plan to its end.
+pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
+    anyhow::ensure!(plan.concurrency > 0, "--concurrency must be at least 1");
+    let chans = match plan.shape.api {
+        crate::target::Api::Http => Vec::new(),
+        _ => channels(plan.shape.addr, plan.connections.clamp(1, plan.concurrency)).await?,
+    };
+    let start = Instant::now();
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        issued: AtomicU64::new(0),
+        started: AtomicU64::new(0),
+        measure_from: start + plan.warmup,
+        all: Counters::default(),
+        measured: Counters::default(),
+        hist: Mutex::new(Histograms {
+            measured: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)?,
+            interval: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)?,
+        }),
+        first_error: Mutex::new(None),
+    });
+    let end = start + plan.warmup + plan.duration;
+    let shape = Arc::new(plan.shape.clone());
+
+    let progress = plan.progress.then(|| {
+        let shared = shared.clone();
+        tokio::spawn(progress_lines(shared, start))
+    });
+
+    let mut workers = Vec::with_capacity(plan.concurrency);
+    let mut scheduled = 0u64;
+    let unsent;
+    match plan.mode {
+        Mode::Closed => {
+            for w in 0..plan.concurrency {
+                let mut client = Client::new(&shape, chans.get(w % chans.len().max(1)).cloned())?;
+                let (shared, shape, dist) = (shared.clone(), shape.clone(), plan.dist.clone());
+                let (seed, timeout, max) = (plan.seed, plan.timeout, plan.max_requests);
+                workers.push(tokio::spawn(async move {
+                    let mut rng = Rng::new(seed, w as u64);
+                    let mut key = String::new();
+                    let mut batch = Vec::with_capacity(BATCH);
+                    while !shared.stop.load(Ordering::Relaxed) && Instant::now() < end {
+                        if let Some(max) = max
+                            && shared.issued.fetch_add(1, Ordering::Relaxed) >= max
+                        {
+                            break;
+                        }
+                        key_string(&mut key, &shape.key_prefix, dist.sample(&mut rng));
+                        let t0 = Instant::now();
+                        let r = one(&mut client, &shape, &key, timeout, &shared).await;
+                        record(&shared, &mut batch, r, t0, t0 >= shared.measure_from);
+                    }
+                    shared.merge(&mut batch);
+                }));
+            }
+            let shared2 = shared.clone();
+            let stopper = tokio::spawn(async move {
+                tokio::time::sleep_until(end.into()).await;
+                shared2.stop.store(true, Ordering::Relaxed);
+            });
+            for w in workers {
+                w.await?;
+            }
+            stopper.abort();
+            unsent = 0;
+        }
+        Mode::Open { rate } => {
+            anyhow::ensure!(
+                rate.is_finite() && rate > 0.0,
+                "--rate must be a positive number"
+            );
+            let (tx, rx) = mpsc::channel::<(Instant, u64)>(65_536);
+            let rx = Arc::new(tokio::sync::Mutex::new(rx));
+            for w in 0..plan.concurrency {
+                let mut client = Client::new(&shape, chans.get(w % chans.len().max(1)).cloned())?;
+                let (shared, shape, dist, rx) =
+                    (shared.clone(), shape.clone(), plan.dist.clone(), rx.clone());
+                let (seed, timeout) = (plan.seed, plan.timeout);
+                workers.push(tokio::spawn(async move {
+                    let mut key = String::new();
+                    let mut batch = Vec::with_capacity(BATCH);
+                    loop {
+                        let next = { rx.lock().await.recv().await };
+                        let Some((due, i)) = next else { break };
+                        if shared.stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        shared.started.fetch_add(1, Ordering::Relaxed);
+                        // The i-th key is the same whichever worker sends it.
+                        let mut rng = Rng::new(seed, i);
+                        key_string(&mut key, &shape.key_prefix, dist.sample(&mut rng));
+                        let r = one(&mut client, &shape, &key, timeout, &shared).await;
+                        record(&shared, &mut batch, r, due, due >= shared.measure_from);
+                        if batch.len() >= BATCH / 4 {
+                            shared.merge(&mut batch);
+                        }
+                    }
+                    shared.merge(&mut batch);
+                }));
+            }
+            let window = plan.warmup + plan.duration;
+            let mut total = (window.as_secs_f64() * rate).floor() as u64;
+            if let Some(max) = plan.max_requests {
+                total = total.min(max);
+            }
+            let interval = 1e9 / rate;
+            'dispatch: while scheduled < total {
+                let now = Instant::now();
+                if now >= end {
+                    break;
+                }
+                let due_now =
+                    (((now - start).as_nanos() as f64 / interval).floor() as u64 + 1).min(total);
+                while scheduled < due_now {
+                    let at = start + Duration::from_nanos((scheduled as f64 * interval) as u64);
+                    if tx.send((at, scheduled)).await.is_err() {
+                        break 'dispatch;
+                    }
+                    scheduled += 1;
+                }
+                let next = start + Duration::from_nanos((scheduled as f64 * interval) as u64);
+                tokio::time::sleep_until(next.into()).await;
+            }
+            if scheduled < total || Instant::now() >= end {
+                // Requests still queued at the deadline are not sent: the server fell behind.
+                tokio::time::sleep_until(end.into()).await;
+                shared.stop.store(true, Ordering::Relaxed);
+            }
+            // Otherwise --requests ended the run early: the workers finish the queue.
+            drop(tx);
+            for w in workers {
+                w.await?;
+            }
+            unsent = scheduled.saturating_sub(shared.started.load(Ordering::Relaxed));
+        }
+    }
+    if let Some(p) = progress {
+        p.abort();
+    }
+    let seconds = match plan.mode {
+        Mode::Open { rate } => {
+            let due = plan.max_requests.map_or(f64::INFINITY, |m| m as f64 / rate);
+            (due - plan.warmup.as_secs_f64()).clamp(0.0, plan.duration.as_secs_f64())
+        }
+        Mode::Closed => {
+            let stopped = Instant::now().min(end);
+            stopped
+                .saturating_duration_since(shared.measure_from)
+                .as_secs_f64()
+        }
+    };
+    let latency = shared
+        .hist
+        .lock()
+        .map(|h| h.measured.clone())
+        .map_err(|_| anyhow::anyhow!("histogram lock poisoned"))?;
+    let first_error = shared.first_error.lock().ok().and_then(|f| f.clone());
+    Ok(Outcome {
+        seconds,
+        allowed: shared.measured.allowed.load(Ordering::Relaxed),
+        denied: shared.measured.denied.load(Ordering::Relaxed),
+        errors: shared.measured.errors.load(Ordering::Relaxed),
+        unsent,
+        latency,
+        first_error,
+    })
+}
+
+async fn progress_lines(shared: Arc<Shared>, start: Instant) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut last = 0u64;
+    loop {
+        tick.tick().await;
+        let total = shared.all.total();
+        let (p50, p99) = match shared.hist.lock() {
+            Ok(mut h) => {
+                let r = (
+                    h.interval.value_at_quantile(0.5),
+                    h.interval.value_at_quantile(0.99),
+                );
+                h.interval.reset();
+                r
+            }
+            Err(_) => (0, 0),
+        };
+        eprintln!(
+            "[{:>4.0}s] {:>8} req/s  total {:>9}  allowed {:>9}  denied {:>9}  errors {:>6}  p50 {:>8.1}us  p99 {:>8.1}us",
+            start.elapsed().as_secs_f64(),
+            total - last,
+            total,
+            shared.all.allowed.load(Ordering::Relaxed),
+            shared.all.denied.load(Ordering::Relaxed),
+            shared.all.errors.load(Ordering::Relaxed),
+            p50 as f64 / 1e3,
+            p99 as f64 / 1e3,
+        );
+        last = total;
+    }
+}

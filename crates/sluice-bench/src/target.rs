@@ -1,0 +1,208 @@
+//! The three ways to ask a limiter: Sluice's own gRPC `Check`, Envoy's `ShouldRateLimit`
+//! (which Limitador serves too, so one client measures both), and the HTTP JSON API.
+
+use crate::http1::Http1;
+use anyhow::{Context as _, bail};
+use sluice_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use sluice_proto::envoy::service::ratelimit::v3 as rls;
+use sluice_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluice_proto::sluice::v1 as pb;
+use sluice_proto::sluice::v1::limiter_client::LimiterClient;
+use std::net::SocketAddr;
+use tonic::transport::{Channel, Endpoint};
+
+/// Which API to load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    /// `sluice.v1.Limiter/Check`.
+    Grpc,
+    /// `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+    Envoy,
+    /// `POST /v1/limits:check`.
+    Http,
+}
+
+impl Api {
+    /// The name, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Grpc => "grpc",
+            Api::Envoy => "envoy",
+            Api::Http => "http",
+        }
+    }
+}
+
+/// What every request carries besides its key.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// The API.
+    pub api: Api,
+    /// Server address.
+    pub addr: SocketAddr,
+    /// Domain (Envoy: domain; Limitador: namespace).
+    pub domain: String,
+    /// Descriptor holding the drawn key.
+    pub key_name: String,
+    /// Key values are this prefix and the key's index.
+    pub key_prefix: String,
+    /// Fixed descriptors sent with every request, after the key.
+    pub extra: Vec<(String, String)>,
+    /// Cost (Envoy: `hits_addend`).
+    pub cost: u32,
+}
+
+/// A limiter's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Allowed.
+    Allowed,
+    /// Refused (over limit, or unavailable).
+    Denied,
+}
+
+/// One worker's client.
+pub enum Client {
+    /// Sluice gRPC.
+    Grpc(LimiterClient<Channel>),
+    /// Envoy RLS.
+    Envoy(RateLimitServiceClient<Channel>),
+    /// HTTP JSON, one keep-alive connection.
+    Http(Box<Http1>),
+}
+
+/// Opens `n` HTTP/2 connections for the gRPC APIs (workers share them round-robin).
+pub async fn channels(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let ch = Endpoint::from_shared(format!("http://{addr}"))?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+        out.push(ch);
+    }
+    Ok(out)
+}
+
+impl Client {
+    /// A client for one worker; `channel` is used by the gRPC APIs.
+    pub fn new(shape: &Shape, channel: Option<Channel>) -> anyhow::Result<Client> {
+        Ok(match (shape.api, channel) {
+            (Api::Grpc, Some(ch)) => Client::Grpc(LimiterClient::new(ch)),
+            (Api::Envoy, Some(ch)) => Client::Envoy(RateLimitServiceClient::new(ch)),
+            (Api::Http, _) => Client::Http(Box::new(Http1::new(shape.addr))),
+            (_, None) => bail!("a gRPC client needs a channel"),
+        })
+    }
+
+    /// Asks once for `key`.
+    pub async fn call(&mut self, shape: &Shape, key: &str) -> anyhow::Result<Verdict> {
+        match self {
+            Client::Grpc(c) => {
+                let mut descriptors: std::collections::HashMap<String, String> =
+                    shape.extra.iter().cloned().collect();
+                descriptors.insert(shape.key_name.clone(), key.to_string());
+                let r = c
+                    .check(pb::CheckRequest {
+                        domain: shape.domain.clone(),
+                        descriptors,
+                        cost: Some(u64::from(shape.cost)),
+                    })
+                    .await?
+                    .into_inner();
+                Ok(if r.allowed {
+                    Verdict::Allowed
+                } else {
+                    Verdict::Denied
+                })
+            }
+            Client::Envoy(c) => {
+                let mut entries = Vec::with_capacity(1 + shape.extra.len());
+                entries.push(Entry {
+                    key: shape.key_name.clone(),
+                    value: key.to_string(),
+                });
+                entries.extend(shape.extra.iter().map(|(k, v)| Entry {
+                    key: k.clone(),
+                    value: v.clone(),
+                }));
+                let r = c
+                    .should_rate_limit(rls::RateLimitRequest {
+                        domain: shape.domain.clone(),
+                        descriptors: vec![RateLimitDescriptor {
+                            entries,
+                            ..Default::default()
+                        }],
+                        hits_addend: shape.cost,
+                    })
+                    .await?
+                    .into_inner();
+                match rls::rate_limit_response::Code::try_from(r.overall_code) {
+                    Ok(rls::rate_limit_response::Code::Ok) => Ok(Verdict::Allowed),
+                    Ok(rls::rate_limit_response::Code::OverLimit) => Ok(Verdict::Denied),
+                    _ => bail!(
+                        "overall_code {} is neither OK nor OVER_LIMIT",
+                        r.overall_code
+                    ),
+                }
+            }
+            Client::Http(c) => {
+                let body = http_body(shape, key);
+                let (status, body) = c.post_json("/v1/limits:check", body.as_bytes()).await?;
+                if status != 200 {
+                    bail!(
+                        "HTTP {status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    );
+                }
+                let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+                if has(b"\"allowed\":true") {
+                    Ok(Verdict::Allowed)
+                } else if has(b"\"allowed\":false") {
+                    Ok(Verdict::Denied)
+                } else {
+                    bail!("no \"allowed\" in the response body")
+                }
+            }
+        }
+    }
+}
+
+/// The JSON body of an HTTP check.
+pub fn http_body(shape: &Shape, key: &str) -> String {
+    let mut d = serde_json::Map::new();
+    for (k, v) in &shape.extra {
+        d.insert(k.clone(), serde_json::Value::String(v.clone()));
+    }
+    d.insert(
+        shape.key_name.clone(),
+        serde_json::Value::String(key.to_string()),
+    );
+    serde_json::json!({"domain": shape.domain, "descriptors": d, "cost": shape.cost}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_bodies_escape_and_carry_every_descriptor() {
+        let shape = Shape {
+            api: Api::Http,
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+            domain: "d\"x".into(),
+            key_name: "user".into(),
+            key_prefix: "u".into(),
+            extra: vec![("route".into(), "GET /".into())],
+            cost: 2,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&http_body(&shape, "u1")).expect("valid JSON");
+        assert_eq!(
+            v,
+            serde_json::json!({"domain": "d\"x", "descriptors": {"user": "u1", "route": "GET /"}, "cost": 2})
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! `sluice-bench` against a real `sluiced`: each API, both loops, bounded to a few hundred
+//! requests and about a second, and the counts in its JSON report add up to what the rule
+//! allows. (Throughput and latency are measured by running it, never asserted here.)
+
+use serde_json::Value;
+use sluice_testkit::{Daemon, cargo_bin, free_ports};
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+const RULES: &str = r#"
+domain: bench
+rules:
+  - { id: per-user, key: [user], algorithm: fixed_window, limit: 100, window: 1h }
+"#;
+
+struct Running {
+    _daemon: Daemon,
+    http: SocketAddr,
+    grpc: SocketAddr,
+}
+
+fn start() -> Running {
+    let ports = free_ports(2);
+    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
+    let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
+    let dir = std::env::temp_dir().join(format!(
+        "sluice-bench-runs-{}-{}",
+        std::process::id(),
+        ports[0]
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let rules = dir.join("rules.yaml");
+    std::fs::write(&rules, RULES).expect("write rules");
+    let mut daemon = Daemon::spawn(
+        cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)"),
+        &[
+            "--rules",
+            rules.to_str().expect("utf-8 path"),
+            "--http-addr",
+            &http.to_string(),
+            "--grpc-addr",
+            &grpc.to_string(),
+        ],
+        &[("RUST_LOG", "warn")],
+    )
+    .expect("spawn sluiced");
+    daemon
+        .wait_http_ok(http, "/healthz", Duration::from_secs(20))
+        .expect("sluiced becomes healthy");
+    Running {
+        _daemon: daemon,
+        http,
+        grpc,
+    }
+}
+
+fn bench(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-bench"))
+        .args(args)
+        .args(["--json", "--quiet", "--timeout-ms", "5000"])
+        .output()
+        .expect("run sluice-bench");
+    assert!(
+        out.status.success(),
+        "sluice-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+fn n(v: &Value, field: &str) -> u64 {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {v}"))
+}
+
+#[test]
+fn closed_loop_on_one_hot_key_admits_the_limit_on_every_api() {
+    let r = start();
+    for (api, addr, user) in [
+        ("grpc", r.grpc, "g"),
+        ("envoy", r.grpc, "e"),
+        ("http", r.http, "h"),
+    ] {
+        let v = bench(&[
+            "--api",
+            api,
+            "--addr",
+            &addr.to_string(),
+            "--dist",
+            "hot",
+            "--key-prefix",
+            user,
+            "--requests",
+            "300",
+            "--concurrency",
+            "4",
+            "--warmup",
+            "0",
+            "--duration",
+            "30",
+        ]);
+        assert_eq!(n(&v, "errors"), 0, "{api}: {v}");
+        assert_eq!(n(&v, "allowed") + n(&v, "denied"), 300, "{api}: {v}");
+        // 100 an hour; a run that straddles the hour may see two windows.
+        let allowed = n(&v, "allowed");
+        assert!(
+            allowed == 100 || (allowed > 100 && allowed <= 200),
+            "{api}: {v}"
+        );
+        let p50 = v["latency_us"]["p50"].as_f64().expect("p50");
+        let max = v["latency_us"]["max"].as_f64().expect("max");
+        assert!(p50 > 0.0 && p50 <= max, "{api}: {v}");
+    }
+}
+
+#[test]
+fn open_loop_sends_what_is_due_and_spreads_keys() {
+    let r = start();
+    let v = bench(&[
+        "--api",
+        "envoy",
+        "--addr",
+        &r.grpc.to_string(),
+        "--rate",
+        "300",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+        "--dist",
+        "zipf",
+        "--keys",
+        "50",
+        "--concurrency",
+        "8",
+    ]);
+    assert_eq!(v["mode"], "open");
+    assert_eq!(n(&v, "errors"), 0, "{v}");
+    // 300 due in the second; all answered unless the machine stalled past the deadline.
+    assert_eq!(
+        n(&v, "allowed") + n(&v, "denied") + n(&v, "unsent"),
+        300,
+        "{v}"
+    );
+    assert!(
+        n(&v, "allowed") >= 250,
+        "50 keys × 100 an hour leave room for nearly all: {v}"
+    );
+}
