@@ -202,6 +202,10 @@ async fn redis_cluster_slots_conformance_and_live_migration() {
         b.errors, b.retryable_errors,
         "every failure is retryable: {b:?}"
     );
+    assert!(
+        b.slowest_ms < 100,
+        "no call waits far past its 3 ms deadline: {b:?}"
+    );
     let peek = check(&*store, &call(T0 + 1_000_000, 0, "peek", fresh.clone())).await;
     let counted = peek.outcomes[2].usage;
     assert!(b.admitted > 0, "the 3 ms store works at all: {b:?}");
