@@ -71,6 +71,9 @@ pub struct Config {
     pub breaker_cool_off_ms: u64,
     /// Local fallback buckets hold this fraction of a rule's numbers (see docs/failure.md).
     pub local_factor: f64,
+    /// Quota journal file: admissions to windows of an hour or more decided while the store
+    /// failed, replayed once it answers (none = totals of an outage are not carried over).
+    pub journal: Option<PathBuf>,
     /// How long a stopping daemon waits for in-flight requests and open connections.
     pub drain_timeout_ms: u64,
     /// Log filter (`info`, `sluiced=debug`, …); `RUST_LOG` wins.
@@ -97,6 +100,7 @@ impl Default for Config {
             breaker_cool_off_ms: 10_000,
             local_factor: 0.5,
             drain_timeout_ms: 5_000,
+            journal: None,
             log: "info".into(),
             envoy: crate::envoy::EnvoyConfig::default(),
         }

@@ -72,6 +72,8 @@ pub struct Engine {
     pub store_timeout: Duration,
     /// Remote counts for global rules, when regions are configured.
     pub remote: Option<Arc<dyn RemoteSource>>,
+    /// Admissions to quotas decided while the store failed, replayed once it is back.
+    pub journal: Option<Arc<crate::journal::Journal>>,
     /// One circuit breaker per store shard (shard index modulo [`BREAKERS`]).
     breakers: Vec<Mutex<Breaker>>,
     daemon_tag: String,
@@ -103,6 +105,7 @@ impl Engine {
             local_permille,
             store_timeout,
             remote: None,
+            journal: None,
             daemon_tag,
             seq: AtomicU64::new(0),
         }
@@ -251,6 +254,12 @@ impl Engine {
         };
         let decision = p.decide(rules.version, &answers);
         self.count(&decision);
+        if let Some(j) = &self.journal
+            && decision.allowed()
+            && cost > 0
+        {
+            journal_outage(j, &p, &answers, now, cost);
+        }
         Ok(Checked {
             decision,
             request_id,
@@ -323,5 +332,33 @@ impl Engine {
             self.local.release_sync(&a.key, request_id, now);
         }
         Ok(released)
+    }
+}
+
+/// Journals the admitted request against every quota-sized fixed window whose store call
+/// failed, so the total survives the outage (see [`crate::journal`]).
+fn journal_outage(
+    j: &crate::journal::Journal,
+    p: &sluice_core::decision::Plan<'_>,
+    answers: &[Answer],
+    now: Micros,
+    cost: u64,
+) {
+    for (pc, ans) in p.calls.iter().zip(answers) {
+        if !matches!(ans, Answer::Failed { .. }) {
+            continue;
+        }
+        for item in &pc.call.items {
+            if let sluice_core::Params::FixedWindow { window, .. } = &item.params
+                && window.nominal() >= crate::journal::QUOTA_WINDOW
+            {
+                j.record(&crate::journal::Entry {
+                    now,
+                    cost,
+                    window: window.clone(),
+                    key: item.key.clone(),
+                });
+            }
+        }
     }
 }

@@ -146,6 +146,13 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
             engine.local.len() as u64,
         ),
     ]);
+    if let Some(j) = &engine.journal {
+        text.push_str(&format!(
+            "# HELP sluice_journal_backlog Quota admissions waiting to be replayed.\n# TYPE sluice_journal_backlog gauge\nsluice_journal_backlog {}\n# HELP sluice_journal_replayed_total Quota admissions replayed into the store.\n# TYPE sluice_journal_replayed_total counter\nsluice_journal_replayed_total {}\n",
+            j.backlog(),
+            j.replayed()
+        ));
+    }
     text.push_str("# HELP sluice_breaker_state Store circuit breaker per shard: 0 closed, 1 half-open, 2 open.\n# TYPE sluice_breaker_state gauge\n");
     let breakers = engine.breaker_states();
     for (shard, state, _) in &breakers {

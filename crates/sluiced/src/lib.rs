@@ -9,8 +9,9 @@
 //! - [`config`]: the config file and its defaults.
 //! - [`engine`]: the hot path around the core.
 //! - [`http`]: HTTP JSON API, health, metrics.
-//! - [`grpc`]: `sluice.v1.Limiter`.
+//! - [`grpc`]: the `sluice.v1.Limiter` service.
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
+//! - [`journal`]: quota admissions during store outages, replayed on recovery.
 //! - [`metrics`]: Prometheus text exposition.
 
 pub mod config;
@@ -18,6 +19,7 @@ pub mod engine;
 pub mod envoy;
 pub mod grpc;
 pub mod http;
+pub mod journal;
 pub mod metrics;
 
 use anyhow::Context as _;
@@ -96,7 +98,7 @@ pub async fn run(
     let (store, memory) = build_store(&cfg).await?;
     tracing::info!(store = store.kind(), "counter store ready");
     let metrics = Arc::new(metrics::Metrics::default());
-    let engine = Arc::new(Engine::new(
+    let mut engine = Engine::new(
         published.clone(),
         store,
         metrics,
@@ -104,7 +106,37 @@ pub async fn run(
         Duration::from_millis(cfg.store_timeout_ms),
         cfg.daemon_id(),
         cfg.breaker(),
-    ));
+    );
+    if let Some(path) = &cfg.journal {
+        let j = journal::Journal::open(path.clone())
+            .with_context(|| format!("opening the quota journal {}", path.display()))?;
+        tracing::info!(path = %path.display(), backlog = j.backlog(), "quota journal open");
+        engine.journal = Some(Arc::new(j));
+    }
+    let engine = Arc::new(engine);
+    // Replays the quota journal once the store answers again, and fsyncs it.
+    let replayer = {
+        let engine = engine.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let Some(j) = engine.journal.clone() else {
+                return;
+            };
+            loop {
+                j.sync();
+                j.replay(
+                    engine.store.as_ref(),
+                    engine::now_micros(),
+                    Duration::from_millis(250),
+                )
+                .await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.changed() => { j.sync(); return; }
+                }
+            }
+        })
+    };
 
     // Idle state expires: sweep the memory stores so memory follows active keys.
     let sweeper = {
@@ -177,6 +209,7 @@ pub async fn run(
     }
     let _ = watcher.await;
     let _ = sweeper.await;
+    let _ = replayer.await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -33,6 +33,9 @@ struct Args {
     /// Count in this Redis Cluster (comma-separated seed URLs).
     #[arg(long, value_delimiter = ',')]
     redis_cluster: Option<Vec<String>>,
+    /// Quota journal file (totals of quotas survive store outages and restarts).
+    #[arg(long)]
+    journal: Option<PathBuf>,
     /// Deadline of one store call, ms (default 3).
     #[arg(long)]
     store_timeout_ms: Option<u64>,
@@ -68,6 +71,9 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(urls) = &args.redis_cluster {
         cfg.store = sluiced::config::StoreConfig::RedisCluster { urls: urls.clone() };
+    }
+    if let Some(j) = &args.journal {
+        cfg.journal = Some(j.clone());
     }
     if let Some(t) = args.store_timeout_ms {
         cfg.store_timeout_ms = t;
