@@ -4,8 +4,9 @@
 //! each `EVALSHA` by its first key's slot, and follows `MOVED` (slot map refresh) and `ASK`
 //! (`ASKING` + retry on the importing node) during a resharding. Every key of one call shares
 //! the `{identity}` hash tag, so a call is one single-slot script. Its timeouts are set to
-//! Sluice's: the per-attempt response timeout is the call's deadline, so a timed-out script is
-//! never re-sent by the client (a rate limiter must not charge twice).
+//! Sluice's: the call's deadline (enforced here) comes first and an attempt's own timeout
+//! (twice that) after it, so the client never re-sends a script that may have run while its
+//! caller still waits (a rate limiter must not charge twice).
 //!
 //! The client's slot map is private, so this store keeps its own, only for
 //! [`Store::shard_of`] (per-shard circuit breakers): refreshed from `CLUSTER SLOTS` every
@@ -124,9 +125,15 @@ impl RedisClusterStore {
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisClusterStore, StoreError> {
         cfg.validate()?;
         let seeds: Vec<String> = cfg.urls.iter().map(|u| redact(u)).collect();
+        // An attempt may only time out after the caller's deadline has passed: the client
+        // re-sends a timed-out attempt while its caller still waits, and a script that ran but
+        // answered late would then be charged twice. Once the caller's deadline drops the
+        // request, the client retries nothing more.
+        let attempt_timeout = cfg.timeout() * 2;
         let client = ClusterClientBuilder::new(cfg.urls.iter().map(String::as_str))
             .connection_timeout(cfg.connect_timeout())
-            .response_timeout(cfg.timeout())
+            .response_timeout(attempt_timeout)
+            .overall_response_timeout(Some(attempt_timeout))
             .retries(RETRIES)
             .min_retry_wait(1)
             .max_retry_wait(cfg.timeout_ms.max(2))
@@ -135,7 +142,7 @@ impl RedisClusterStore {
         let conn = client.get_pending_async_connection_with_config(
             redis::cluster::ClusterConfig::new()
                 .set_connection_timeout(cfg.connect_timeout())
-                .set_response_timeout(cfg.timeout()),
+                .set_response_timeout(attempt_timeout),
         );
         let inner = Arc::new(Inner {
             conn,
@@ -210,6 +217,10 @@ impl RedisClusterStore {
 }
 
 impl Store for RedisClusterStore {
+    fn noscript_reloads(&self) -> u64 {
+        self.inner.engine.noscript_reloads()
+    }
+
     fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>> {
         Box::pin(async move {
             let mut conn = self.inner.conn.clone();
