@@ -95,4 +95,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs and metrics (`memory`, `redis`, `redis_cluster`).
     fn kind(&self) -> &'static str;
+
+    /// Scripts reloaded after `NOSCRIPT` (a restarted or failed-over Redis), for metrics.
+    fn noscript_reloads(&self) -> u64 {
+        0
+    }
 }

@@ -145,6 +145,11 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
             "Keys held in local fallback buckets.",
             engine.local.len() as u64,
         ),
+        (
+            "sluice_store_noscript_reloads",
+            "Lua scripts reloaded after NOSCRIPT (restarted or failed-over Redis).",
+            engine.store.noscript_reloads(),
+        ),
     ]);
     if let Some(j) = &engine.journal {
         text.push_str(&format!(

@@ -75,6 +75,10 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    fn noscript_reloads(&self) -> u64 {
+        self.engine.noscript_reloads()
+    }
+
     fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>> {
         Box::pin(async move {
             let mut conn = self.conn.clone();

@@ -1,0 +1,225 @@
+//! Never the reason the API is down: Redis paused, killed and restarted under a real daemon.
+
+use serde_json::{Value, json};
+use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports, http_get, http_request};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const RULES: &str = r#"
+domain: api
+rules:
+  - { id: open, match: { route: open }, key: [k], algorithm: fixed_window, limit: 1000, window: 1m, on_store_failure: open }
+  - { id: closed, match: { route: closed }, key: [k], algorithm: fixed_window, limit: 1000, window: 1m, on_store_failure: closed }
+  - { id: local, match: { route: local }, key: [k], algorithm: fixed_window, limit: 10, window: 1m, on_store_failure: local }
+  - { id: daily, match: { route: quota }, key: [k], algorithm: fixed_window, limit: 100, window: 1d, on_store_failure: local }
+"#;
+
+struct Sluiced {
+    daemon: Daemon,
+    http: SocketAddr,
+}
+
+/// `timeout_ms` is the store deadline: 3 ms (the default) where latency is the point, more
+/// where a busy 2-core test machine must not turn a slow call into a failure.
+fn start(redis: &RedisServer, dir: &Path, journal: &Path, timeout_ms: u64) -> Sluiced {
+    std::fs::create_dir_all(dir).expect("dir");
+    let ports = free_ports(2);
+    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
+    let rules = dir.join("rules.yaml");
+    std::fs::write(&rules, RULES).expect("rules");
+    let config = dir.join("sluiced.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "http_addr: {http}\ngrpc_addr: 127.0.0.1:{}\nrules: {}\nstore: {{ kind: redis, url: \"{}\" }}\nstore_timeout_ms: {}\nbreaker_cool_off_ms: 1000\nbreaker_min_calls: 10\njournal: {}\n",
+            ports[1],
+            rules.display(),
+            redis.url(),
+            timeout_ms,
+            journal.display()
+        ),
+    )
+    .expect("config");
+    let mut daemon = Daemon::spawn(
+        cargo_bin("sluiced").expect("sluiced built"),
+        &["--config", config.to_str().expect("utf-8")],
+        &[("RUST_LOG", "info")],
+    )
+    .expect("spawn");
+    daemon
+        .wait_http_ok(http, "/healthz", Duration::from_secs(20))
+        .expect("healthy");
+    Sluiced { daemon, http }
+}
+
+fn check(http: SocketAddr, route: &str, k: &str) -> (Value, Duration) {
+    let t = Instant::now();
+    let body = json!({"domain": "api", "descriptors": {"route": route, "k": k}}).to_string();
+    let r = http_request(http, "POST", "/v1/limits:check", &[], body.as_bytes()).expect("request");
+    let took = t.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text());
+    (serde_json::from_slice(&r.body).expect("json"), took)
+}
+
+fn metric(http: SocketAddr, name: &str) -> u64 {
+    let text = http_get(http, "/metrics").expect("metrics").text();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} not found in\n{text}"))
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("sluice-failures-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn redis_paused_every_mode_does_what_it_says_then_recovers() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let dir = tmp("pause");
+    let s = start(&redis, &dir, &dir.join("quota.journal"), 3);
+    for route in ["open", "closed", "local"] {
+        // A 3 ms deadline on a busy test machine can miss; what matters is one success.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while check(s.http, route, "warm").0["code"] != "OK" {
+            assert!(Instant::now() < deadline, "{route} never answered OK");
+        }
+    }
+    redis.pause().expect("SIGSTOP");
+    let mut lat = Vec::new();
+    let (mut open_ok, mut closed_503, mut local_ok, mut local_429) = (0, 0, 0, 0);
+    for _ in 0..40 {
+        let (v, t) = check(s.http, "open", "a");
+        lat.push(t);
+        if v["code"] == "OK" {
+            open_ok += 1;
+        }
+        let (v, t) = check(s.http, "closed", "a");
+        lat.push(t);
+        if v["code"] == "UNAVAILABLE" {
+            assert_eq!(v["headers"]["Retry-After"], "1");
+            closed_503 += 1;
+        }
+        let (v, t) = check(s.http, "local", "a");
+        lat.push(t);
+        match v["code"].as_str() {
+            Some("OK") => local_ok += 1,
+            Some("OVER_LIMIT") => local_429 += 1,
+            other => panic!("local rule answered {other:?}"),
+        }
+    }
+    let (p50, p99, max) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99), pct(&mut lat, 1.0));
+    eprintln!(
+        "while paused: p50 {p50:?} p99 {p99:?} max {max:?}; open allowed {open_ok}, closed 503 {closed_503}, local allowed {local_ok} refused {local_429}"
+    );
+    // No check waits for the paused Redis: the redis crate's own 500 ms would show here.
+    assert!(max < Duration::from_millis(250), "a check waited {max:?}");
+    assert_eq!(open_ok, 40, "fail-open rules add no errors");
+    assert_eq!(closed_503, 40, "fail-closed rules answer UNAVAILABLE");
+    assert_eq!(
+        local_ok, 5,
+        "local buckets keep coarse limits: 10 × local_factor 0.5"
+    );
+    assert_eq!(local_429, 35);
+    assert_eq!(
+        metric(s.http, "sluice_breaker_state{shard=\"0\"}"),
+        2,
+        "breaker open"
+    );
+
+    redis.resume().expect("SIGCONT");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (v, _) = check(s.http, "closed", "b");
+        if v["code"] == "OK" && metric(s.http, "sluice_breaker_state{shard=\"0\"}") == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "breaker did not close after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Recovered: decided by Redis again, where the warm-up count still is (a call that
+    // timed out may still have counted there, hence at most).
+    let (v, _) = check(s.http, "open", "warm");
+    let remaining = v["policies"][0]["remaining"].as_u64().expect("remaining");
+    assert!(remaining <= 998, "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn redis_killed_and_restarted_scripts_reload_and_no_check_fails_after() {
+    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let dir = tmp("kill");
+    let s = start(&redis, &dir, &dir.join("quota.journal"), 100);
+    assert_eq!(check(s.http, "closed", "x").0["code"], "OK");
+    redis.kill().expect("kill");
+    for _ in 0..20 {
+        assert_eq!(check(s.http, "closed", "x").0["code"], "UNAVAILABLE");
+    }
+    redis
+        .restart()
+        .expect("restart on the same port, empty (no scripts cached)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while check(s.http, "closed", "y").0["code"] != "OK" {
+        assert!(Instant::now() < deadline, "did not recover");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 0..50 {
+        let (v, _) = check(s.http, "closed", "z");
+        assert_eq!(v["code"], "OK", "check {i} after recovery: {v}");
+    }
+    assert_eq!(
+        check(s.http, "closed", "z").0["policies"][0]["remaining"],
+        949
+    );
+    assert!(
+        metric(s.http, "sluice_store_noscript_reloads") >= 1,
+        "the empty Redis needed the script again"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn quota_journal_replays_after_a_daemon_killed_mid_outage() {
+    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let dir = tmp("journal");
+    let journal = dir.join("quota.journal");
+    let mut s = start(&redis, &dir, &journal, 100);
+    assert_eq!(
+        check(s.http, "quota", "q").0["policies"][0]["remaining"],
+        99
+    );
+    redis.kill().expect("kill");
+    for _ in 0..4 {
+        assert_eq!(
+            check(s.http, "quota", "q").0["code"],
+            "OK",
+            "decided on the local bucket"
+        );
+    }
+    assert_eq!(metric(s.http, "sluice_journal_backlog"), 4);
+    s.daemon.kill().expect("SIGKILL");
+    redis.restart().expect("restart, empty");
+    // Redis lost everything; the daemon that restarts replays what its predecessor journaled.
+    let s2 = start(&redis, &dir.join("second"), &journal, 100);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(s2.http, "sluice_journal_backlog") != 0 {
+        assert!(Instant::now() < deadline, "journal not replayed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (v, _) = check(s2.http, "quota", "q");
+    assert_eq!(
+        v["policies"][0]["remaining"], 95,
+        "4 outage admissions + this one counted: {v}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
