@@ -204,16 +204,21 @@ local function tb_take(it, st, now, cost)
 end
 
 ---------------------------------------------------------------------------------------------
--- gcra: "tat seen" (theoretical arrival time in µs, cumulative remote units applied)
+-- gcra: "tat seen" (theoretical arrival time in µs, cumulative remote units applied), or just
+-- "tat" when seen is 0 (every region-scope rule): Redis then keeps the value as an integer,
+-- 16 bytes instead of a 48-byte string allocation.
 
 local function gcra_load(key, ki)
     local v, e = get_string(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
     local a, b = string.match(v, '^(%d+) (%d+)$')
+    if a == nil then
+        a, b = string.match(v, '^(%d+)$'), '0'
+    end
     local tat, seen = uint(a), uint(b)
     if tat == nil or seen == nil then
-        return nil, corrupt(ki, 'gcra value ' .. string.format('%q', v) .. ' is not "tat seen"')
+        return nil, corrupt(ki, 'gcra value ' .. string.format('%q', v) .. ' is not "tat [seen]"')
     end
     return { tat, seen }, nil
 end
@@ -263,7 +268,11 @@ local function gcra_take(it, st, now, cost)
     local tat, seen = gcra_current(rate, st, now, it.rcur)
     -- A charged refusal may not push the TAT beyond one full burst of debt.
     tat = math.min(tat + cost * t, now + t * burst)
-    put_string(it.key, fmt(tat) .. ' ' .. fmt(seen), tat - now)
+    local value = fmt(tat)
+    if seen > 0 then
+        value = value .. ' ' .. fmt(seen)
+    end
+    put_string(it.key, value, tat - now)
 end
 
 ---------------------------------------------------------------------------------------------

@@ -146,7 +146,8 @@ async fn corrupt_values_are_corrupt() {
         ("tb", "99999999999999999999 1 0"),
         ("tb", "1.5 2 0"),
         ("gcra", "x"),
-        ("gcra", "1"),
+        ("gcra", "1 2 3"),
+        ("gcra", "1 "),
         ("fw", "ten"),
         ("fw", "-1"),
     ] {

@@ -188,8 +188,11 @@ fn stored_vs_model(
             state.cloned(),
         ),
         Params::Gcra { .. } => (
-            get(conn, &keys[0])
-                .map(|v| State::decode(sluice_core::algo::Kind::Gcra, &v).expect("gcra state")),
+            get(conn, &keys[0]).map(|v| {
+                // "tat" alone when no remote units were seen.
+                let v = if v.contains(' ') { v } else { format!("{v} 0") };
+                State::decode(sluice_core::algo::Kind::Gcra, &v).expect("gcra state")
+            }),
             state.cloned(),
         ),
         Params::FixedWindow { window, .. } => {

@@ -80,6 +80,9 @@ pub struct Config {
     pub log: String,
     /// Envoy rate limit service options (docs/envoy.md).
     pub envoy: crate::envoy::EnvoyConfig,
+    /// Regions: gossip with the other regions' daemons (docs/regions.md); off without an
+    /// address.
+    pub gossip: crate::regions::GossipConfig,
 }
 
 impl Default for Config {
@@ -103,6 +106,7 @@ impl Default for Config {
             journal: None,
             log: "info".into(),
             envoy: crate::envoy::EnvoyConfig::default(),
+            gossip: crate::regions::GossipConfig::default(),
         }
     }
 }
@@ -136,6 +140,7 @@ impl Config {
             self.local_factor > 0.0 && self.local_factor <= 1.0,
             "local_factor must be in (0, 1]"
         );
+        self.gossip.validate()?;
         Ok(())
     }
 

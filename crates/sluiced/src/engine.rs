@@ -56,6 +56,13 @@ pub trait RemoteSource: Send + Sync {
     fn remote(&self, key: &str, params: &sluice_core::Params, now: Micros) -> Remote;
 }
 
+/// Told, after each decision, what the store answered: the delta shipper's input
+/// (crate::regions records each global rule's region figure for the next shipment).
+pub trait UsageSink: Send + Sync {
+    /// Called once per decided check with its plan and the answers of its store calls.
+    fn observe(&self, plan: &sluice_core::decision::Plan<'_>, answers: &[Answer], now: Micros);
+}
+
 /// Everything a check needs.
 pub struct Engine {
     /// Live rules.
@@ -72,6 +79,8 @@ pub struct Engine {
     pub store_timeout: Duration,
     /// Remote counts for global rules, when regions are configured.
     pub remote: Option<Arc<dyn RemoteSource>>,
+    /// Receives each decision's global figures, when regions are configured.
+    pub usage: Option<Arc<dyn UsageSink>>,
     /// Admissions to quotas decided while the store failed, replayed once it is back.
     pub journal: Option<Arc<crate::journal::Journal>>,
     /// One circuit breaker per store shard (shard index modulo [`BREAKERS`]).
@@ -105,6 +114,7 @@ impl Engine {
             local_permille,
             store_timeout,
             remote: None,
+            usage: None,
             journal: None,
             daemon_tag,
             seq: AtomicU64::new(0),
@@ -254,6 +264,9 @@ impl Engine {
         };
         let decision = p.decide(rules.version, &answers);
         self.count(&decision);
+        if let Some(u) = &self.usage {
+            u.observe(&p, &answers, now);
+        }
         if let Some(j) = &self.journal
             && decision.allowed()
             && cost > 0

@@ -13,6 +13,7 @@
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
 //! - [`metrics`]: Prometheus text exposition.
+//! - [`regions`]: gossip with the other regions (the delta shipper and the merge layer).
 
 pub mod config;
 pub mod engine;
@@ -21,6 +22,7 @@ pub mod grpc;
 pub mod http;
 pub mod journal;
 pub mod metrics;
+pub mod regions;
 
 use anyhow::Context as _;
 use config::{Config, StoreConfig};
@@ -112,6 +114,12 @@ pub async fn run(
             .with_context(|| format!("opening the quota journal {}", path.display()))?;
         tracing::info!(path = %path.display(), backlog = j.backlog(), "quota journal open");
         engine.journal = Some(Arc::new(j));
+    }
+    // Regions: other regions' figures into global rules, this region's out (regions.rs).
+    let regions = regions::start(&cfg, published.clone(), &engine.metrics).await?;
+    if let Some(r) = &regions {
+        engine.remote = Some(r.clone());
+        engine.usage = Some(r.clone());
     }
     let engine = Arc::new(engine);
     // Replays the quota journal once the store answers again, and fsyncs it.
@@ -210,6 +218,9 @@ pub async fn run(
     let _ = watcher.await;
     let _ = sweeper.await;
     let _ = replayer.await;
+    if let Some(r) = &regions {
+        r.shutdown().await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

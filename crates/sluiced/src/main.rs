@@ -39,6 +39,22 @@ struct Args {
     /// Deadline of one store call, ms (default 3).
     #[arg(long)]
     store_timeout_ms: Option<u64>,
+    /// Gossip UDP address (membership and counts between regions); regions are off without.
+    #[arg(long)]
+    gossip_addr: Option<SocketAddr>,
+    /// A seed daemon's gossip address, `host:port` (repeatable).
+    #[arg(long = "gossip-seed", value_name = "ADDR")]
+    gossip_seed: Vec<String>,
+    /// Cluster id: daemons of other clusters are ignored (default "sluice").
+    #[arg(long)]
+    cluster_id: Option<String>,
+    /// Shared key authenticating gossip (HMAC-SHA256, at least 16 bytes). Prefer the
+    /// environment variable: command lines are visible to every user of the host.
+    #[arg(long, env = "SLUICE_GOSSIP_KEY", hide_env_values = true)]
+    gossip_key: Option<String>,
+    /// How often busy global figures are shipped, ms (default 1000).
+    #[arg(long)]
+    ship_interval_ms: Option<u64>,
 }
 
 fn config(args: &Args) -> anyhow::Result<Config> {
@@ -77,6 +93,22 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(t) = args.store_timeout_ms {
         cfg.store_timeout_ms = t;
+    }
+    if let Some(a) = args.gossip_addr {
+        cfg.gossip.addr = Some(a);
+    }
+    if !args.gossip_seed.is_empty() {
+        cfg.gossip.seeds = args.gossip_seed.clone();
+    }
+    if let Some(c) = &args.cluster_id {
+        cfg.gossip.cluster_id = c.clone();
+    }
+    if let Some(k) = &args.gossip_key {
+        cfg.gossip.key = Some(k.clone());
+        cfg.gossip.key_file = None;
+    }
+    if let Some(i) = args.ship_interval_ms {
+        cfg.gossip.ship_interval_ms = i;
     }
     cfg.validate()?;
     Ok(cfg)

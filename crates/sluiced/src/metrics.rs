@@ -75,10 +75,18 @@ pub struct RuleCounters {
     pub local: AtomicU64,
 }
 
+/// A part of the daemon that renders its own series (the regions' gossip counters), so that
+/// they keep their own types and labels.
+pub trait Exporter: Send + Sync + std::fmt::Debug {
+    /// Appends Prometheus text to `out`.
+    fn render(&self, out: &mut String);
+}
+
 /// Everything the daemon exports.
 #[derive(Debug, Default)]
 pub struct Metrics {
     rules: RwLock<BTreeMap<Arc<str>, Arc<RuleCounters>>>,
+    exporters: RwLock<Vec<Arc<dyn Exporter>>>,
     /// End-to-end check latency.
     pub check_latency: Histogram,
     /// Store call latency.
@@ -109,6 +117,14 @@ impl Metrics {
             .entry(id.clone())
             .or_default()
             .clone()
+    }
+
+    /// Adds a part whose series [`Metrics::render`] appends.
+    pub fn add_exporter(&self, e: Arc<dyn Exporter>) {
+        self.exporters
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(e);
     }
 
     /// Prometheus text exposition; `extra` lets other parts (store, rules) append theirs.
@@ -176,6 +192,14 @@ impl Metrics {
             .render(&mut out, "sluice_store_duration_seconds", "");
         for (name, help, v) in extra {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        for e in self
+            .exporters
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            e.render(&mut out);
         }
         out
     }

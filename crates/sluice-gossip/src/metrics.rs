@@ -1,0 +1,369 @@
+//! The shipper's counters, rendered in Prometheus text on the daemon's `/metrics`.
+//!
+//! Atomics only: the receive path and the hot path (counting an unshared bucket figure)
+//! never lock for a metric.
+
+use crate::wire::Reject;
+use sluice_core::merge::Merged;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Upper bounds (ms) of the lag histogram: from a packet's send time to its merge.
+const LAG_BUCKETS_MS: [u64; 10] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000];
+
+/// Outcomes of merging one received figure, as labels.
+const RESULTS: [&str; 8] = [
+    "new",
+    "raised",
+    "unchanged",
+    "own_region",
+    "expired",
+    "rejected",
+    "full",
+    "unknown_rule",
+];
+
+fn merged_index(m: Merged) -> usize {
+    match m {
+        Merged::New => 0,
+        Merged::Raised => 1,
+        Merged::Unchanged => 2,
+        Merged::OwnRegion => 3,
+        Merged::Expired => 4,
+        Merged::Rejected => 5,
+        Merged::Full => 6,
+    }
+}
+
+/// Counters of one gossip node.
+#[derive(Debug, Default)]
+pub struct GossipMetrics {
+    frames_received: AtomicU64,
+    bytes_received: AtomicU64,
+    rejected: [AtomicU64; 6],
+    packets_accepted: AtomicU64,
+    figures_received: [AtomicU64; 8],
+    figures_shipped: AtomicU64,
+    figures_deferred: AtomicU64,
+    figures_quiet: AtomicU64,
+    figures_skipped: AtomicU64,
+    packets_sent: AtomicU64,
+    bytes_sent: AtomicU64,
+    send_errors: AtomicU64,
+    shipments: AtomicU64,
+    membership_oversize: AtomicU64,
+    relay_full: AtomicU64,
+    bucket_unshared: AtomicU64,
+    lag: [AtomicU64; LAG_BUCKETS_MS.len()],
+    lag_count: AtomicU64,
+    lag_sum_ms: AtomicU64,
+}
+
+/// Figures a node holds and sees, sampled when rendering.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Gauges {
+    /// Keys in the remote table.
+    pub remote_keys: u64,
+    /// (region, key, window) slots in the remote table.
+    pub remote_slots: u64,
+    /// (key, window) figures this daemon tracks for shipping.
+    pub local_figures: u64,
+    /// Live members, this daemon included.
+    pub live_nodes: u64,
+    /// Regions with a live member, this one included.
+    pub live_regions: u64,
+    /// Whether this daemon ships its region's figures.
+    pub shipping: bool,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl GossipMetrics {
+    pub(crate) fn frame_received(&self, bytes: usize) {
+        add(&self.frames_received, 1);
+        add(&self.bytes_received, bytes as u64);
+    }
+
+    /// Counts a dropped frame or packet.
+    pub fn reject(&self, r: Reject) {
+        add(&self.rejected[r.index()], 1);
+    }
+
+    pub(crate) fn packet_accepted(&self) {
+        add(&self.packets_accepted, 1);
+    }
+
+    pub(crate) fn figure(&self, m: Merged) {
+        add(&self.figures_received[merged_index(m)], 1);
+    }
+
+    pub(crate) fn unknown_rule(&self) {
+        add(&self.figures_received[7], 1);
+    }
+
+    pub(crate) fn shipment(&self, shipped: usize, deferred: usize, quiet: usize, skipped: usize) {
+        add(&self.shipments, 1);
+        add(&self.figures_shipped, shipped as u64);
+        add(&self.figures_deferred, deferred as u64);
+        add(&self.figures_quiet, quiet as u64);
+        add(&self.figures_skipped, skipped as u64);
+    }
+
+    pub(crate) fn sent(&self, bytes: usize) {
+        add(&self.packets_sent, 1);
+        add(&self.bytes_sent, bytes as u64);
+    }
+
+    pub(crate) fn send_error(&self) {
+        add(&self.send_errors, 1);
+    }
+
+    pub(crate) fn membership_oversize(&self) {
+        add(&self.membership_oversize, 1);
+    }
+
+    pub(crate) fn relay_full(&self) {
+        add(&self.relay_full, 1);
+    }
+
+    /// Counts a decision on a global token bucket or GCRA rule whose figure is not shipped
+    /// (docs/regions.md: buckets are not shared yet).
+    pub fn bucket_unshared(&self) {
+        add(&self.bucket_unshared, 1);
+    }
+
+    pub(crate) fn lag(&self, ms: u64) {
+        for (b, c) in LAG_BUCKETS_MS.iter().zip(&self.lag) {
+            if ms <= *b {
+                add(c, 1);
+            }
+        }
+        add(&self.lag_count, 1);
+        add(&self.lag_sum_ms, ms);
+    }
+
+    /// Frames dropped for `r` so far.
+    pub fn rejected(&self, r: Reject) -> u64 {
+        self.rejected[r.index()].load(Ordering::Relaxed)
+    }
+
+    /// Figures shipped so far (each counted once, whatever the number of receivers).
+    pub fn shipped(&self) -> u64 {
+        self.figures_shipped.load(Ordering::Relaxed)
+    }
+
+    /// Busy figures deferred so far.
+    pub fn deferred(&self) -> u64 {
+        self.figures_deferred.load(Ordering::Relaxed)
+    }
+
+    /// Received figures merged as new or raised slots.
+    pub fn merged(&self) -> u64 {
+        self.figures_received[0].load(Ordering::Relaxed)
+            + self.figures_received[1].load(Ordering::Relaxed)
+    }
+
+    /// Prometheus text for every counter plus `g`.
+    pub fn render(&self, out: &mut String, g: &Gauges) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        };
+        let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        };
+        counter(
+            out,
+            "sluice_gossip_figures_shipped_total",
+            "Busy global figures this daemon shipped (once per figure, whatever the receivers).",
+            load(&self.figures_shipped),
+        );
+        counter(
+            out,
+            "sluice_gossip_figures_deferred_total",
+            "Busy changed figures left for a later interval by the per-interval budget.",
+            load(&self.figures_deferred),
+        );
+        counter(
+            out,
+            "sluice_gossip_figures_quiet_total",
+            "Changed figures not shipped because they are under the share threshold.",
+            load(&self.figures_quiet),
+        );
+        counter(
+            out,
+            "sluice_gossip_figures_skipped_total",
+            "Figures that could not be packed (not a store key, or larger than a datagram).",
+            load(&self.figures_skipped),
+        );
+        counter(
+            out,
+            "sluice_gossip_bucket_figures_unshared_total",
+            "Decisions on global token bucket / GCRA rules, whose figures are not shared yet.",
+            load(&self.bucket_unshared),
+        );
+        counter(
+            out,
+            "sluice_gossip_shipments_total",
+            "Intervals in which this daemon shipped figures.",
+            load(&self.shipments),
+        );
+        counter(
+            out,
+            "sluice_gossip_packets_sent_total",
+            "Counts datagrams sent (one per packet per receiver).",
+            load(&self.packets_sent),
+        );
+        counter(
+            out,
+            "sluice_gossip_bytes_sent_total",
+            "Bytes of counts datagrams sent.",
+            load(&self.bytes_sent),
+        );
+        counter(
+            out,
+            "sluice_gossip_send_errors_total",
+            "Counts datagrams the socket refused.",
+            load(&self.send_errors),
+        );
+        counter(
+            out,
+            "sluice_gossip_frames_received_total",
+            "Datagrams received on the gossip port (membership and counts, good or not).",
+            load(&self.frames_received),
+        );
+        counter(
+            out,
+            "sluice_gossip_bytes_received_total",
+            "Bytes received on the gossip port.",
+            load(&self.bytes_received),
+        );
+        counter(
+            out,
+            "sluice_gossip_packets_accepted_total",
+            "Counts packets authenticated, decoded and merged.",
+            load(&self.packets_accepted),
+        );
+        counter(
+            out,
+            "sluice_gossip_membership_oversize_total",
+            "Membership messages too large to frame (hundreds of daemons).",
+            load(&self.membership_oversize),
+        );
+        counter(
+            out,
+            "sluice_gossip_relay_full_total",
+            "Membership messages dropped because the relay table is at its bound.",
+            load(&self.relay_full),
+        );
+        out.push_str("# HELP sluice_gossip_frames_rejected_total Frames and packets dropped, by reason.\n# TYPE sluice_gossip_frames_rejected_total counter\n");
+        for r in Reject::ALL {
+            let _ = writeln!(
+                out,
+                "sluice_gossip_frames_rejected_total{{reason=\"{}\"}} {}",
+                r.label(),
+                load(&self.rejected[r.index()])
+            );
+        }
+        out.push_str("# HELP sluice_gossip_figures_received_total Received figures, by what merging them did.\n# TYPE sluice_gossip_figures_received_total counter\n");
+        for (label, c) in RESULTS.iter().zip(&self.figures_received) {
+            let _ = writeln!(
+                out,
+                "sluice_gossip_figures_received_total{{result=\"{label}\"}} {}",
+                load(c)
+            );
+        }
+        out.push_str("# HELP sluice_gossip_lag_seconds From a counts packet's send time (sender's clock) to its merge.\n# TYPE sluice_gossip_lag_seconds histogram\n");
+        for (b, c) in LAG_BUCKETS_MS.iter().zip(&self.lag) {
+            let _ = writeln!(
+                out,
+                "sluice_gossip_lag_seconds_bucket{{le=\"{}\"}} {}",
+                *b as f64 / 1000.0,
+                load(c)
+            );
+        }
+        let n = load(&self.lag_count);
+        let _ = writeln!(out, "sluice_gossip_lag_seconds_bucket{{le=\"+Inf\"}} {n}");
+        let _ = writeln!(
+            out,
+            "sluice_gossip_lag_seconds_sum {}",
+            load(&self.lag_sum_ms) as f64 / 1000.0
+        );
+        let _ = writeln!(out, "sluice_gossip_lag_seconds_count {n}");
+        gauge(
+            out,
+            "sluice_gossip_remote_keys",
+            "Global keys with figures from other regions held by this daemon.",
+            g.remote_keys,
+        );
+        gauge(
+            out,
+            "sluice_gossip_remote_slots",
+            "(region, key, window) figures held from other regions.",
+            g.remote_slots,
+        );
+        gauge(
+            out,
+            "sluice_gossip_local_figures",
+            "(key, window) figures of this region tracked for shipping.",
+            g.local_figures,
+        );
+        gauge(
+            out,
+            "sluice_gossip_live_nodes",
+            "Live gossip members, this daemon included.",
+            g.live_nodes,
+        );
+        gauge(
+            out,
+            "sluice_gossip_live_regions",
+            "Regions with a live member, this one included.",
+            g.live_regions,
+        );
+        gauge(
+            out,
+            "sluice_gossip_shipping",
+            "1 when this daemon ships its region's figures.",
+            u64::from(g.shipping),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_series() {
+        let m = GossipMetrics::default();
+        m.reject(Reject::BadTag);
+        m.figure(Merged::New);
+        m.unknown_rule();
+        m.lag(30);
+        m.shipment(5, 2, 1, 0);
+        let mut out = String::new();
+        m.render(
+            &mut out,
+            &Gauges {
+                remote_keys: 3,
+                shipping: true,
+                ..Gauges::default()
+            },
+        );
+        assert!(out.contains("sluice_gossip_frames_rejected_total{reason=\"bad_tag\"} 1"));
+        assert!(out.contains("sluice_gossip_frames_rejected_total{reason=\"wrong_cluster\"} 0"));
+        assert!(out.contains("sluice_gossip_figures_received_total{result=\"unknown_rule\"} 1"));
+        assert!(out.contains("sluice_gossip_lag_seconds_bucket{le=\"0.025\"} 0"));
+        assert!(out.contains("sluice_gossip_lag_seconds_bucket{le=\"0.05\"} 1"));
+        assert!(out.contains("sluice_gossip_figures_shipped_total 5"));
+        assert!(out.contains("sluice_gossip_figures_deferred_total 2"));
+        assert!(out.contains("sluice_gossip_remote_keys 3"));
+        assert!(out.contains("sluice_gossip_shipping 1"));
+        assert_eq!(m.merged(), 1);
+    }
+}

@@ -1,0 +1,633 @@
+//! A running gossip node: the bound socket, chitchat for membership, and two tasks, the
+//! shipper (every `ship_interval`: select, pack, send to the other regions) and the receiver
+//! (check, decode, merge).
+//!
+//! The daemon talks to it through three calls: [`Node::observe`] after each decision on a
+//! global rule, [`Node::remote_for`] when planning one, and [`Node::render_metrics`].
+
+use crate::metrics::{Gauges, GossipMetrics};
+use crate::pack::{self, Header};
+use crate::transport::{FramedTransport, Inbound, Relays};
+use crate::wire::{CodecError, FrameCodec, Kind, MAX_DATAGRAM};
+use chitchat::{
+    ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
+    spawn_chitchat,
+};
+use sluice_core::merge::RemoteCounts;
+use sluice_core::ship::{Budget, LocalUsage};
+use sluice_core::{Micros, Params, Remote};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// The chitchat key under which a daemon publishes its region.
+pub const REGION_KEY: &str = "sluice.region";
+/// The chitchat key under which a daemon publishes the counts format it reads.
+pub const FORMAT_KEY: &str = "sluice.counts_format";
+
+/// Wall-clock now in epoch microseconds (figures carry epoch-aligned windows).
+pub fn now_micros() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as Micros)
+        .unwrap_or(0)
+}
+
+/// Which daemons of a region ship its figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Shippers {
+    /// Every daemon ships what it observed (receivers keep the max per region). Correct
+    /// however the load balancer spreads keys; traffic grows with the daemons per region.
+    #[default]
+    EveryDaemon,
+    /// Only the live daemon of the region with the lowest node id ships: one sender per
+    /// region. It only knows the keys it decided, so this fits when every daemon sees every
+    /// busy key (an even spread), not sticky routing.
+    OnePerRegion,
+}
+
+/// Resolves the rule a received figure belongs to.
+pub trait RuleLookup: Send + Sync + 'static {
+    /// The numbers of `rule` for figures of `identity` (the store key's hash tag, starting
+    /// with the escaped domain), when this daemon runs it as a `scope: global` rule; `None`
+    /// otherwise (the figure is dropped and counted as `unknown_rule`: a region-scoped rule
+    /// never takes figures from elsewhere).
+    fn global_params(&self, identity: &str, rule: &str) -> Option<Params>;
+}
+
+/// A gossip node's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This daemon's region.
+    pub region: String,
+    /// Unique id of this daemon in the cluster.
+    pub node_id: String,
+    /// Members of other clusters are ignored.
+    pub cluster_id: String,
+    /// UDP address to bind (membership and counts).
+    pub listen_addr: SocketAddr,
+    /// Address other daemons reach this one at (default: the bound address; required when
+    /// binding a wildcard address).
+    pub advertise_addr: Option<SocketAddr>,
+    /// Seed nodes' gossip addresses (`host:port`; names are re-resolved every minute).
+    pub seeds: Vec<String>,
+    /// Shared key authenticating every frame (HMAC-SHA256), at least 16 bytes.
+    pub key: Option<Vec<u8>>,
+    /// How often figures are shipped.
+    pub ship_interval: Duration,
+    /// chitchat's gossip round.
+    pub gossip_interval: Duration,
+    /// What one interval may ship.
+    pub budget: Budget,
+    /// Largest datagram sent (frame included). 1,400 fits a 1,500-byte Ethernet MTU, so
+    /// nothing is fragmented across the WAN (a lost fragment loses the whole datagram).
+    pub max_datagram: usize,
+    /// Key bound of the remote table.
+    pub max_remote_keys: usize,
+    /// Which daemons ship.
+    pub shippers: Shippers,
+    /// Received counts datagrams waiting to be merged, at most.
+    pub recv_queue: usize,
+}
+
+impl Config {
+    /// Settings with the defaults for everything but identity and address.
+    pub fn new(region: &str, node_id: &str, listen_addr: SocketAddr) -> Config {
+        Config {
+            region: region.to_string(),
+            node_id: node_id.to_string(),
+            cluster_id: "sluice".to_string(),
+            listen_addr,
+            advertise_addr: None,
+            seeds: Vec::new(),
+            key: None,
+            ship_interval: Duration::from_secs(1),
+            gossip_interval: Duration::from_millis(500),
+            budget: Budget {
+                max_bytes: 8_000_000,
+                ..Budget::default()
+            },
+            max_datagram: 1_400,
+            max_remote_keys: 1_000_000,
+            shippers: Shippers::EveryDaemon,
+            recv_queue: 8_192,
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GossipError {
+    /// A setting is out of range.
+    #[error("gossip config: {0}")]
+    Config(String),
+    /// Cluster id or key refused.
+    #[error("gossip config: {0}")]
+    Codec(#[from] CodecError),
+    /// The gossip address could not be bound.
+    #[error("binding the gossip address {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// chitchat did not start.
+    #[error("starting membership: {0}")]
+    Membership(String),
+}
+
+/// A live member as this daemon sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Node id.
+    pub node_id: String,
+    /// Region it published.
+    pub region: String,
+    /// Its gossip address.
+    pub addr: SocketAddr,
+}
+
+struct Inner {
+    cfg: Config,
+    codec: Arc<FrameCodec>,
+    socket: Arc<UdpSocket>,
+    usage: Mutex<LocalUsage>,
+    remote: RwLock<RemoteCounts>,
+    metrics: Arc<GossipMetrics>,
+    lookup: Arc<dyn RuleLookup>,
+    shipping: AtomicBool,
+    seq: AtomicU64,
+    live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
+}
+
+/// A running gossip node. Dropping it aborts its tasks; [`Node::shutdown`] stops them.
+pub struct Node {
+    inner: Arc<Inner>,
+    relays: Arc<Relays>,
+    chitchat: Mutex<Option<ChitchatHandle>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    stop: watch::Sender<bool>,
+    local_addr: SocketAddr,
+}
+
+fn bind(addr: SocketAddr) -> Result<UdpSocket, GossipError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let err = |source| GossipError::Bind { addr, source };
+    let s =
+        Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
+    // A burst of 100k figures is ~1 MB; the kernel caps these at net.core.[rw]mem_max, which
+    // is fine: they are a best effort against drops during a burst.
+    let _ = s.set_recv_buffer_size(8 << 20);
+    let _ = s.set_send_buffer_size(8 << 20);
+    s.set_nonblocking(true).map_err(err)?;
+    s.bind(&addr.into()).map_err(err)?;
+    UdpSocket::from_std(s.into()).map_err(err)
+}
+
+impl Node {
+    /// Binds, joins the cluster, and starts shipping and receiving.
+    pub async fn start(cfg: Config, lookup: Arc<dyn RuleLookup>) -> Result<Node, GossipError> {
+        let bad = |m: &str| Err(GossipError::Config(m.to_string()));
+        if cfg.region.is_empty() || cfg.region.len() > pack::MAX_NAME {
+            return bad("region must be 1 to 255 bytes");
+        }
+        if cfg.node_id.is_empty() || cfg.node_id.len() > pack::MAX_NAME {
+            return bad("node id must be 1 to 255 bytes");
+        }
+        if !(512..=MAX_DATAGRAM).contains(&cfg.max_datagram) {
+            return bad("max_datagram must be 512 to 65507");
+        }
+        if cfg.ship_interval < Duration::from_millis(10)
+            || cfg.gossip_interval < Duration::from_millis(10)
+        {
+            return bad("ship and gossip intervals must be at least 10 ms");
+        }
+        let codec = Arc::new(FrameCodec::new(&cfg.cluster_id, cfg.key.as_deref())?);
+        let socket = Arc::new(bind(cfg.listen_addr)?);
+        let local_addr = socket.local_addr().map_err(|source| GossipError::Bind {
+            addr: cfg.listen_addr,
+            source,
+        })?;
+        let advertise = match cfg.advertise_addr {
+            Some(a) => a,
+            None if local_addr.ip().is_unspecified() => {
+                return bad("binding a wildcard address needs advertise_addr");
+            }
+            None => local_addr,
+        };
+        let metrics = Arc::new(GossipMetrics::default());
+        let (tx, rx) = mpsc::channel::<Inbound>(cfg.recv_queue.max(1));
+        let relays = Relays::new(socket.clone(), codec.clone(), metrics.clone(), tx);
+        let transport = FramedTransport {
+            relays: relays.clone(),
+        };
+        let generation = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let chitchat_cfg = ChitchatConfig {
+            chitchat_id: ChitchatId::new(cfg.node_id.clone(), generation, advertise),
+            cluster_id: cfg.cluster_id.clone(),
+            gossip_interval: cfg.gossip_interval,
+            // Ignored: chitchat gets a private loopback socket (see the transport module).
+            listen_addr: local_addr,
+            seed_nodes: cfg.seeds.clone(),
+            failure_detector_config: FailureDetectorConfig {
+                initial_interval: cfg.gossip_interval * 2,
+                dead_node_grace_period: Duration::from_secs(3600),
+                ..FailureDetectorConfig::default()
+            },
+            marked_for_deletion_grace_period: Duration::from_secs(3600),
+            catchup_callback: None,
+            // A member that has not published a region (another program on the cluster id)
+            // is never a shipping target.
+            extra_liveness_predicate: Some(Box::new(|s: &NodeState| {
+                s.get(REGION_KEY).is_some_and(|r| !r.is_empty())
+            })),
+            protocol_version: ProtocolVersion::V0,
+        };
+        let handle = spawn_chitchat(
+            chitchat_cfg,
+            vec![
+                (REGION_KEY.to_string(), cfg.region.clone()),
+                (
+                    FORMAT_KEY.to_string(),
+                    crate::wire::FORMAT_VERSION.to_string(),
+                ),
+            ],
+            &transport,
+        )
+        .await
+        .map_err(|e| GossipError::Membership(format!("{e:#}")))?;
+        let live = handle.chitchat().lock().await.live_nodes_watcher();
+        let inner = Arc::new(Inner {
+            remote: RwLock::new(RemoteCounts::new(&cfg.region, cfg.max_remote_keys)),
+            usage: Mutex::new(LocalUsage::new()),
+            codec,
+            socket,
+            metrics,
+            lookup,
+            shipping: AtomicBool::new(true),
+            seq: AtomicU64::new(1),
+            live,
+            cfg,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let tasks = vec![
+            tokio::spawn(relays.clone().run(stop_rx.clone())),
+            tokio::spawn(ship_loop(inner.clone(), stop_rx.clone())),
+            tokio::spawn(receive_loop(inner.clone(), rx, stop_rx)),
+        ];
+        tracing::info!(
+            addr = %local_addr,
+            %advertise,
+            region = %inner.cfg.region,
+            node = %inner.cfg.node_id,
+            cluster = %inner.cfg.cluster_id,
+            authenticated = inner.codec.keyed(),
+            seeds = ?inner.cfg.seeds,
+            "gossip listening"
+        );
+        Ok(Node {
+            inner,
+            relays,
+            chitchat: Mutex::new(Some(handle)),
+            tasks: Mutex::new(tasks),
+            stop,
+            local_addr,
+        })
+    }
+
+    /// The bound gossip address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Records this region's figure for a global key after a decision (see
+    /// [`LocalUsage::observe`]). A no-op on a daemon that does not ship.
+    pub fn observe(
+        &self,
+        key: &str,
+        params: &Params,
+        threshold_pct: u8,
+        now: Micros,
+        figure: u64,
+        busy: u64,
+    ) {
+        if !self.inner.shipping.load(Ordering::Relaxed) {
+            return;
+        }
+        self.inner
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(key, params, threshold_pct, now, figure, busy);
+    }
+
+    /// The other regions' figures a decision on `key` adds at `now`.
+    pub fn remote_for(&self, key: &str, params: &Params, now: Micros) -> Remote {
+        self.inner
+            .remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .remote_for(key, params, now)
+    }
+
+    /// Every remote slot as `(key, region, window start, figure)`, sorted (tests, debugging).
+    pub fn remote_snapshot(&self) -> Vec<(String, String, Micros, u64)> {
+        self.inner
+            .remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .snapshot()
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &GossipMetrics {
+        &self.inner.metrics
+    }
+
+    /// Live members, this daemon included, as chitchat last reported them.
+    pub fn members(&self) -> Vec<Member> {
+        members(&self.inner.live.borrow())
+    }
+
+    /// Whether this daemon currently ships its region's figures.
+    pub fn shipping(&self) -> bool {
+        self.inner.shipping.load(Ordering::Relaxed)
+    }
+
+    /// Gauges sampled now.
+    pub fn gauges(&self) -> Gauges {
+        let (remote_keys, remote_slots) = {
+            let r = self.inner.remote.read().unwrap_or_else(|p| p.into_inner());
+            (r.len() as u64, r.slots() as u64)
+        };
+        let local_figures = self
+            .inner
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len() as u64;
+        let m = self.members();
+        let regions: BTreeSet<&str> = m.iter().map(|m| m.region.as_str()).collect();
+        Gauges {
+            remote_keys,
+            remote_slots,
+            local_figures,
+            live_nodes: m.len().max(1) as u64,
+            live_regions: regions.len().max(1) as u64,
+            shipping: self.shipping(),
+        }
+    }
+
+    /// Appends this node's metrics in Prometheus text.
+    pub fn render_metrics(&self, out: &mut String) {
+        self.inner.metrics.render(out, &self.gauges());
+    }
+
+    /// Stops the tasks and leaves the cluster (peers see the node go silent). Idempotent.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let tasks: Vec<JoinHandle<()>> = self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        let handle = self
+            .chitchat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = handle {
+            let _ = h.shutdown().await;
+        }
+        self.relays.shutdown();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            t.abort();
+        }
+        if let Some(h) = &*self.chitchat.lock().unwrap_or_else(|p| p.into_inner()) {
+            h.abort();
+        }
+        self.relays.shutdown();
+    }
+}
+
+fn members(live: &BTreeMap<ChitchatId, NodeState>) -> Vec<Member> {
+    live.iter()
+        .filter_map(|(id, st)| {
+            Some(Member {
+                node_id: id.node_id.to_string(),
+                region: st.get(REGION_KEY)?.to_string(),
+                addr: id.gossip_advertise_addr,
+            })
+        })
+        .collect()
+}
+
+/// Who gets this daemon's figures, and whether it ships at all.
+fn targets(cfg: &Config, live: &[Member]) -> (bool, Vec<SocketAddr>) {
+    let ships = match cfg.shippers {
+        Shippers::EveryDaemon => true,
+        Shippers::OnePerRegion => live
+            .iter()
+            .filter(|m| m.region == cfg.region)
+            .map(|m| m.node_id.as_str())
+            .chain(std::iter::once(cfg.node_id.as_str()))
+            .min()
+            .is_some_and(|first| first == cfg.node_id),
+    };
+    let mut to: Vec<SocketAddr> = live
+        .iter()
+        .filter(|m| m.region != cfg.region)
+        .map(|m| m.addr)
+        .collect();
+    to.sort_unstable();
+    to.dedup();
+    (ships, to)
+}
+
+async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(inner.cfg.ship_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut frame = Vec::with_capacity(inner.cfg.max_datagram);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let now = now_micros();
+        inner
+            .remote
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .sweep(now);
+        let live = members(&inner.live.borrow());
+        let (ships, to) = targets(&inner.cfg, &live);
+        inner.shipping.store(ships, Ordering::Relaxed);
+        if !ships || to.is_empty() {
+            // Nobody to tell: keep the figures dirty rather than mark them shipped.
+            continue;
+        }
+        let batch = inner
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .select(now, &inner.cfg.budget);
+        if batch.entries.is_empty() {
+            inner.metrics.shipment(0, batch.deferred, batch.quiet, 0);
+            continue;
+        }
+        let header = Header {
+            region: &inner.cfg.region,
+            sender: &inner.cfg.node_id,
+            first_seq: inner.seq.load(Ordering::Relaxed),
+            sent_ms: now / 1000,
+        };
+        let max_payload = inner
+            .cfg
+            .max_datagram
+            .saturating_sub(inner.codec.overhead());
+        let packed = pack::pack(&batch.entries, &header, max_payload);
+        inner
+            .seq
+            .fetch_add(packed.payloads.len() as u64, Ordering::Relaxed);
+        inner
+            .metrics
+            .shipment(packed.figures, batch.deferred, batch.quiet, packed.skipped);
+        let mut sent = 0usize;
+        for payload in &packed.payloads {
+            inner.codec.seal(Kind::Counts, payload, &mut frame);
+            for addr in &to {
+                match inner.socket.send_to(&frame, addr).await {
+                    Ok(n) => inner.metrics.sent(n),
+                    Err(e) => {
+                        inner.metrics.send_error();
+                        tracing::debug!(%addr, error = %e, "counts datagram not sent");
+                    }
+                }
+                sent += 1;
+                if sent.is_multiple_of(64) {
+                    // Let receivers (and this daemon's other tasks) keep up with a burst.
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    }
+}
+
+async fn receive_loop(
+    inner: Arc<Inner>,
+    mut rx: mpsc::Receiver<Inbound>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let (from, payload) = tokio::select! {
+            m = rx.recv() => match m {
+                Some(m) => m,
+                None => return,
+            },
+            _ = stop.changed() => return,
+        };
+        merge_packet(&inner, from, &payload, now_micros());
+    }
+}
+
+/// Checks, decodes and merges one counts payload (already authenticated by its frame).
+fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
+    let m = &inner.metrics;
+    let u = match pack::unpack(payload) {
+        Ok(u) => u,
+        Err(r) => {
+            m.reject(r);
+            tracing::debug!(%from, reason = r.label(), "counts packet dropped");
+            return;
+        }
+    };
+    m.packet_accepted();
+    if u.region == inner.cfg.region {
+        for _ in &u.figures {
+            m.figure(sluice_core::merge::Merged::OwnRegion);
+        }
+        return;
+    }
+    // Resolve rules once per (domain, rule) in the packet, outside the table's lock.
+    let mut params: Vec<Params> = Vec::new();
+    let mut cache: HashMap<(&str, &str), Option<usize>> = HashMap::new();
+    let mut resolved: Vec<(String, usize, Micros, u64)> = Vec::with_capacity(u.figures.len());
+    for f in &u.figures {
+        let domain = f.identity.split('|').next().unwrap_or_default();
+        let slot = *cache.entry((domain, &f.rule)).or_insert_with(|| {
+            inner.lookup.global_params(&f.identity, &f.rule).map(|p| {
+                params.push(p);
+                params.len() - 1
+            })
+        });
+        match slot {
+            Some(i) => resolved.push((
+                sluice_core::matching::store_key(&f.identity, &f.rule),
+                i,
+                f.window_start,
+                f.count,
+            )),
+            None => m.unknown_rule(),
+        }
+    }
+    {
+        let mut table = inner.remote.write().unwrap_or_else(|p| p.into_inner());
+        for (key, i, start, count) in &resolved {
+            let r = table.merge(&u.region, key, &params[*i], *start, *count, now);
+            m.figure(r);
+        }
+    }
+    m.lag((now / 1000).saturating_sub(u.sent_ms));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str, region: &str, port: u16) -> Member {
+        Member {
+            node_id: id.into(),
+            region: region.into(),
+            addr: ([127, 0, 0, 1], port).into(),
+        }
+    }
+
+    #[test]
+    fn targets_are_the_other_regions_and_one_shipper_is_the_lowest_id() {
+        let mut cfg = Config::new("eu", "eu-2", ([127, 0, 0, 1], 1).into());
+        let live = vec![
+            member("eu-1", "eu", 1),
+            member("eu-2", "eu", 2),
+            member("us-1", "us", 3),
+            member("ap-1", "ap", 4),
+        ];
+        let (ships, to) = targets(&cfg, &live);
+        assert!(ships);
+        assert_eq!(to.len(), 2);
+        assert!(to.iter().all(|a| a.port() >= 3));
+        cfg.shippers = Shippers::OnePerRegion;
+        assert!(!targets(&cfg, &live).0);
+        cfg.node_id = "eu-1".into();
+        assert!(targets(&cfg, &live).0);
+        // Alone (or before membership settles), a daemon ships.
+        assert!(targets(&cfg, &[]).0);
+    }
+}

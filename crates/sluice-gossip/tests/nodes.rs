@@ -1,0 +1,191 @@
+//! Real nodes on loopback: membership, shipping, merging, and what is refused.
+
+use sluice_core::algo::Window;
+use sluice_core::matching::store_key;
+use sluice_core::{Micros, Params};
+use sluice_gossip::{Config, Node, Reject, RuleLookup, now_micros};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIN: Micros = 60_000_000;
+
+/// Knows one global rule, `g`: 1,000 per minute. Everything else is unknown.
+struct OneRule;
+
+impl RuleLookup for OneRule {
+    fn global_params(&self, _identity: &str, rule: &str) -> Option<Params> {
+        (rule == "g").then_some(Params::FixedWindow {
+            limit: 1000,
+            window: Window::Epoch(MIN),
+        })
+    }
+}
+
+fn params() -> Params {
+    OneRule.global_params("", "g").expect("known")
+}
+
+fn cfg(region: &str, id: &str, seeds: &[SocketAddr], key: Option<&[u8]>) -> Config {
+    let mut c = Config::new(region, id, ([127, 0, 0, 1], 0).into());
+    c.seeds = seeds.iter().map(|s| s.to_string()).collect();
+    c.key = key.map(<[u8]>::to_vec);
+    c.ship_interval = Duration::from_millis(100);
+    c.gossip_interval = Duration::from_millis(50);
+    c
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const KEY: &[u8] = b"a shared key of enough bytes";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
+    let a = Node::start(cfg("a", "a-1", &[], Some(KEY)), Arc::new(OneRule))
+        .await
+        .expect("a starts");
+    let seed = [a.local_addr()];
+    let b = Node::start(cfg("b", "b-1", &seed, Some(KEY)), Arc::new(OneRule))
+        .await
+        .expect("b starts");
+    let c = Node::start(cfg("c", "c-1", &seed, Some(KEY)), Arc::new(OneRule))
+        .await
+        .expect("c starts");
+    wait_for(
+        "membership of three regions",
+        Duration::from_secs(10),
+        || [&a, &b, &c].iter().all(|n| n.members().len() == 3),
+    )
+    .await;
+
+    let key = store_key("api|api_key=k1", "g");
+    let p = params();
+    let now = now_micros();
+    // 150 of 1,000 is above the default 10% threshold: busy, shipped.
+    a.observe(&key, &p, 10, now, 150, 150);
+    // 50 is not: never shipped (the blind spot).
+    let quiet = store_key("api|api_key=k2", "g");
+    a.observe(&quiet, &p, 10, now, 50, 50);
+    wait_for("b and c to hear a's figure", Duration::from_secs(5), || {
+        [&b, &c]
+            .iter()
+            .all(|n| n.remote_for(&key, &p, now_micros()).cur == 150)
+    })
+    .await;
+    assert_eq!(b.remote_for(&quiet, &p, now_micros()).cur, 0);
+    // A daemon never counts its own region's figure as remote.
+    assert_eq!(a.remote_for(&key, &p, now_micros()).cur, 0);
+    // Figures only rise: a lower one later changes nothing.
+    a.observe(&key, &p, 10, now_micros(), 170, 170);
+    wait_for("the raise", Duration::from_secs(5), || {
+        b.remote_for(&key, &p, now_micros()).cur == 170
+    })
+    .await;
+
+    // What must be refused, and counted.
+    let bad_before = b.metrics().rejected(Reject::BadTag);
+    let intruder = Node::start(
+        cfg(
+            "evil",
+            "evil-1",
+            &[b.local_addr()],
+            Some(b"not the shared key at all"),
+        ),
+        Arc::new(OneRule),
+    )
+    .await
+    .expect("intruder starts");
+    let raw = std::net::UdpSocket::bind("127.0.0.1:0").expect("raw socket");
+    // Garbage, and a frame of another cluster.
+    raw.send_to(b"definitely not a frame", b.local_addr())
+        .expect("send");
+    let mut other = Vec::new();
+    sluice_gossip::FrameCodec::new("other-cluster", Some(KEY))
+        .expect("codec")
+        .seal(sluice_gossip::Kind::Counts, b"whatever", &mut other);
+    raw.send_to(&other, b.local_addr()).expect("send");
+    // An untagged frame of the right cluster.
+    let mut untagged = Vec::new();
+    sluice_gossip::FrameCodec::new("sluice", None)
+        .expect("codec")
+        .seal(sluice_gossip::Kind::Counts, b"whatever", &mut untagged);
+    raw.send_to(&untagged, b.local_addr()).expect("send");
+    wait_for(
+        "the rejections to be counted",
+        Duration::from_secs(5),
+        || {
+            let m = b.metrics();
+            m.rejected(Reject::Malformed) >= 1
+                && m.rejected(Reject::WrongCluster) >= 1
+                && m.rejected(Reject::Unauthenticated) >= 1
+                && m.rejected(Reject::BadTag) > bad_before
+        },
+    )
+    .await;
+    // The intruder (wrong key) never joined: b still sees three members.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.members().len(), 3, "{:?}", b.members());
+    assert!(intruder.members().len() <= 1);
+
+    // A figure of a rule the receivers do not run globally is dropped, not merged.
+    let region_rule = store_key("api|api_key=k1", "regional");
+    a.observe(&region_rule, &p, 10, now_micros(), 500, 500);
+    wait_for("unknown rule counted", Duration::from_secs(5), || {
+        let mut out = String::new();
+        b.render_metrics(&mut out);
+        out.contains("sluice_gossip_figures_received_total{result=\"unknown_rule\"} 1")
+    })
+    .await;
+    assert!(b.remote_snapshot().iter().all(|(k, ..)| k == &key));
+
+    // A silent region keeps its figures: stop a, b still adds them until the window ends.
+    a.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let now = now_micros();
+    if now / MIN == (now - 1_000_000) / MIN {
+        assert_eq!(b.remote_for(&key, &p, now).cur, 170);
+    }
+    intruder.shutdown().await;
+    b.shutdown().await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shipper_per_region_and_no_key_works_too() {
+    let mut ca = cfg("a", "a-1", &[], None);
+    ca.shippers = sluice_gossip::Shippers::OnePerRegion;
+    let a1 = Node::start(ca, Arc::new(OneRule)).await.expect("a-1");
+    let seed = [a1.local_addr()];
+    let mut ca2 = cfg("a", "a-2", &seed, None);
+    ca2.shippers = sluice_gossip::Shippers::OnePerRegion;
+    let a2 = Node::start(ca2, Arc::new(OneRule)).await.expect("a-2");
+    let b = Node::start(cfg("b", "b-1", &seed, None), Arc::new(OneRule))
+        .await
+        .expect("b");
+    wait_for("membership", Duration::from_secs(10), || {
+        [&a1, &a2, &b].iter().all(|n| n.members().len() == 3)
+    })
+    .await;
+    wait_for("a-2 to stand down", Duration::from_secs(5), || {
+        a1.shipping() && !a2.shipping()
+    })
+    .await;
+    let key = store_key("api|api_key=k1", "g");
+    let p = params();
+    a1.observe(&key, &p, 10, now_micros(), 300, 300);
+    wait_for("b hears a", Duration::from_secs(5), || {
+        b.remote_for(&key, &p, now_micros()).cur == 300
+    })
+    .await;
+    // The standing-down daemon ships nothing.
+    assert_eq!(a2.metrics().shipped(), 0);
+    for n in [a1, a2, b] {
+        n.shutdown().await;
+    }
+}

@@ -1,0 +1,336 @@
+//! Regions: the daemon's side of the delta shipper (docs/regions.md).
+//!
+//! With a gossip address configured, the daemon joins its cluster ([`sluice_gossip::Node`])
+//! and connects it to the engine at two points, both outside the store call:
+//!
+//! - before a decision, [`RemoteSource`]: the other regions' figures for each `scope: global`
+//!   rule's key are added to the store call (the core passes them into the algorithm, so the
+//!   decision on local count + remote sum is taken inside the same atomic call);
+//! - after a decision, [`UsageSink`]: for each global rule the store answered, the region's
+//!   figure (the outcome's `usage`, which for windows is the region's count in the shared
+//!   store) is recorded for the next shipment.
+//!
+//! Only window rules (fixed and sliding windows) are shared. A token bucket's or GCRA's
+//! figure must be the *region's* cumulative consumption, which today's store does not keep
+//! (an outcome's `usage` is how drained the bucket is, not how much it ever gave); a
+//! per-daemon counter would under-count as soon as a region runs two daemons. Global bucket
+//! rules are therefore decided per region, said once at start and counted in
+//! `sluice_gossip_bucket_figures_unshared_total` (docs/regions.md, "Buckets").
+
+use crate::engine::{RemoteSource, UsageSink};
+use crate::metrics::{Exporter, Metrics};
+use serde::Deserialize;
+use sluice_control::Published;
+use sluice_core::algo::Kind;
+use sluice_core::decision::{Answer, Plan};
+use sluice_core::rules::{Mode, Scope};
+use sluice_core::ship::Budget;
+use sluice_core::{Micros, Params, Remote};
+use sluice_gossip::{Node, RuleLookup, Shippers};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which daemons of a region ship its figures (see [`Shippers`]).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ShippersConfig {
+    /// Every daemon ships what it decided (correct under any load balancing).
+    #[default]
+    EveryDaemon,
+    /// The live daemon with the lowest id ships (fewer packets; needs an even spread).
+    OnePerRegion,
+}
+
+/// The `gossip:` section of the config file. Regions are off unless `addr` is set.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GossipConfig {
+    /// UDP address for membership and counts (`--gossip-addr`).
+    pub addr: Option<SocketAddr>,
+    /// Address other daemons reach this one at, when `addr` is a wildcard or behind NAT.
+    pub advertise_addr: Option<SocketAddr>,
+    /// Gossip addresses of seed daemons, `host:port` (`--gossip-seed`, repeatable).
+    pub seeds: Vec<String>,
+    /// Daemons of other clusters are ignored (`--cluster-id`).
+    pub cluster_id: String,
+    /// Shared key authenticating every datagram (HMAC-SHA256), at least 16 bytes. Prefer
+    /// `key_file` or `SLUICE_GOSSIP_KEY` over writing it here.
+    pub key: Option<String>,
+    /// A file holding the key (trailing newline ignored).
+    pub key_file: Option<PathBuf>,
+    /// How often busy figures are shipped, ms.
+    pub ship_interval_ms: u64,
+    /// chitchat's gossip round, ms.
+    pub gossip_interval_ms: u64,
+    /// What one interval may ship, in estimated entry bytes (`sluice_core::ship`); busy
+    /// figures beyond it are deferred, nearest their limit first, and counted.
+    pub max_bytes_per_interval: usize,
+    /// Largest datagram, bytes (1,400 avoids IP fragmentation on the WAN).
+    pub max_datagram: usize,
+    /// Re-ship an unchanged busy figure after this long, ms (repairs lost datagrams and
+    /// brings a returning region up to date).
+    pub resend_after_ms: u64,
+    /// Keys the table of remote figures may hold.
+    pub max_remote_keys: usize,
+    /// Which daemons ship.
+    pub shippers: ShippersConfig,
+}
+
+impl Default for GossipConfig {
+    fn default() -> Self {
+        GossipConfig {
+            addr: None,
+            advertise_addr: None,
+            seeds: Vec::new(),
+            cluster_id: "sluice".into(),
+            key: None,
+            key_file: None,
+            ship_interval_ms: 1_000,
+            gossip_interval_ms: 500,
+            max_bytes_per_interval: 8_000_000,
+            max_datagram: 1_400,
+            resend_after_ms: 5_000,
+            max_remote_keys: 1_000_000,
+            shippers: ShippersConfig::EveryDaemon,
+        }
+    }
+}
+
+impl GossipConfig {
+    /// Refuses nonsense values (the node checks the rest when it starts).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.cluster_id.is_empty() && self.cluster_id.len() <= 255,
+            "gossip.cluster_id must be 1 to 255 bytes"
+        );
+        anyhow::ensure!(
+            self.ship_interval_ms >= 10 && self.gossip_interval_ms >= 10,
+            "gossip.ship_interval_ms and gossip.gossip_interval_ms must be at least 10"
+        );
+        anyhow::ensure!(
+            (512..=65_507).contains(&self.max_datagram),
+            "gossip.max_datagram must be 512 to 65507"
+        );
+        anyhow::ensure!(
+            !(self.key.is_some() && self.key_file.is_some()),
+            "gossip.key and gossip.key_file are exclusive"
+        );
+        Ok(())
+    }
+
+    fn key_bytes(&self) -> anyhow::Result<Option<Vec<u8>>> {
+        if let Some(k) = &self.key {
+            return Ok(Some(k.as_bytes().to_vec()));
+        }
+        match &self.key_file {
+            None => Ok(None),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read gossip key file {}: {e}", path.display())
+                })?;
+                Ok(Some(
+                    text.trim_end_matches(['\n', '\r']).as_bytes().to_vec(),
+                ))
+            }
+        }
+    }
+}
+
+/// Reverses the escaping of `sluice_core::matching::identity` for the domain part.
+fn unescape(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_string();
+    }
+    s.replace("%7C", "|")
+        .replace("%7B", "{")
+        .replace("%7D", "}")
+        .replace("%3D", "=")
+        .replace("%25", "%")
+}
+
+/// Finds a received figure's rule in the live rule set.
+struct Lookup {
+    rules: Arc<Published>,
+}
+
+impl RuleLookup for Lookup {
+    fn global_params(&self, identity: &str, rule: &str) -> Option<Params> {
+        let domain = unescape(identity.split('|').next().unwrap_or_default());
+        let set = self.rules.load();
+        let r = set.domain(&domain)?.rule(rule)?;
+        (r.scope == Scope::Global && r.mode != Mode::Off).then(|| r.params.clone())
+    }
+}
+
+/// The daemon's gossip node, wired to the engine and `/metrics`.
+pub struct Regions {
+    node: Node,
+}
+
+impl std::fmt::Debug for Regions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Regions")
+            .field("gossip_addr", &self.node.local_addr())
+            .finish()
+    }
+}
+
+impl Regions {
+    /// The bound gossip address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.node.local_addr()
+    }
+
+    /// Leaves the cluster.
+    pub async fn shutdown(&self) {
+        self.node.shutdown().await;
+    }
+}
+
+impl RemoteSource for Regions {
+    fn remote(&self, key: &str, params: &Params, now: Micros) -> Remote {
+        self.node.remote_for(key, params, now)
+    }
+}
+
+impl UsageSink for Regions {
+    fn observe(&self, plan: &Plan<'_>, answers: &[Answer], now: Micros) {
+        for (pc, ans) in plan.calls.iter().zip(answers) {
+            // Only the shared store's answers are region figures (not local fallbacks).
+            let Answer::Done(res) = ans else { continue };
+            for (k, &ai) in pc.rules.iter().enumerate() {
+                let a = &plan.applied[ai];
+                if a.rule.scope != Scope::Global {
+                    continue;
+                }
+                let Some(o) = res.outcomes.get(k) else {
+                    continue;
+                };
+                match a.params.kind() {
+                    Kind::FixedWindow | Kind::SlidingWindow => self.node.observe(
+                        &a.key,
+                        &a.params,
+                        a.rule.share_threshold_pct,
+                        now,
+                        o.usage,
+                        o.usage,
+                    ),
+                    Kind::TokenBucket | Kind::Gcra => self.node.metrics().bucket_unshared(),
+                    Kind::SlidingLog | Kind::Concurrency => {}
+                }
+            }
+        }
+    }
+}
+
+impl Exporter for Regions {
+    fn render(&self, out: &mut String) {
+        self.node.render_metrics(out);
+    }
+}
+
+/// Starts gossip when `cfg.gossip.addr` is set; says what global rules will do either way.
+pub async fn start(
+    cfg: &crate::config::Config,
+    rules: Arc<Published>,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<Arc<Regions>>> {
+    let g = &cfg.gossip;
+    let set = rules.load();
+    let global: Vec<(String, Kind)> = set
+        .domains
+        .values()
+        .flat_map(|d| d.rules.iter())
+        .filter(|r| r.scope == Scope::Global)
+        .map(|r| (r.id.to_string(), r.params.kind()))
+        .collect();
+    let Some(addr) = g.addr else {
+        if !global.is_empty() {
+            tracing::warn!(
+                rules = global.len(),
+                "rules with scope: global but no gossip address: they are decided in this region only"
+            );
+        }
+        return Ok(None);
+    };
+    for (id, kind) in &global {
+        if matches!(kind, Kind::TokenBucket | Kind::Gcra) {
+            tracing::warn!(
+                rule = %id,
+                algorithm = kind.name(),
+                "global bucket rules are not shared between regions yet: decided per region (docs/regions.md)"
+            );
+        }
+    }
+    let mut nc = sluice_gossip::Config::new(&cfg.region, &cfg.daemon_id(), addr);
+    nc.advertise_addr = g.advertise_addr;
+    nc.seeds = g.seeds.clone();
+    nc.cluster_id = g.cluster_id.clone();
+    nc.key = g.key_bytes()?;
+    nc.ship_interval = Duration::from_millis(g.ship_interval_ms);
+    nc.gossip_interval = Duration::from_millis(g.gossip_interval_ms);
+    nc.budget = Budget {
+        max_bytes: g.max_bytes_per_interval,
+        max_entries: usize::MAX,
+        resend_after: g.resend_after_ms * 1000,
+    };
+    nc.max_datagram = g.max_datagram;
+    nc.max_remote_keys = g.max_remote_keys;
+    nc.shippers = match g.shippers {
+        ShippersConfig::EveryDaemon => Shippers::EveryDaemon,
+        ShippersConfig::OnePerRegion => Shippers::OnePerRegion,
+    };
+    if nc.key.is_none() {
+        tracing::warn!(
+            "gossip has no shared key: anyone who can reach the gossip port can inject counts (set --gossip-key or SLUICE_GOSSIP_KEY)"
+        );
+    }
+    let node = Node::start(nc, Arc::new(Lookup { rules })).await?;
+    let regions = Arc::new(Regions { node });
+    metrics.add_exporter(regions.clone());
+    Ok(Some(regions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn domains_unescape_and_config_validates() {
+        assert_eq!(unescape("public-api"), "public-api");
+        assert_eq!(unescape("a%7Cb%25c%3D"), "a|b%c=");
+        assert!(GossipConfig::default().validate().is_ok());
+        let bad = GossipConfig {
+            max_datagram: 100,
+            ..GossipConfig::default()
+        };
+        assert!(bad.validate().is_err());
+        let both = GossipConfig {
+            key: Some("k".repeat(16)),
+            key_file: Some("/k".into()),
+            ..GossipConfig::default()
+        };
+        assert!(both.validate().is_err());
+    }
+
+    #[test]
+    fn lookup_finds_only_global_rules() {
+        let set = sluice_core::rules::parse_yaml(
+            r#"
+domain: "a|b"
+rules:
+  - { id: g, key: [k], algorithm: fixed_window, limit: 10, window: 1m, scope: global }
+  - { id: r, key: [k], algorithm: fixed_window, limit: 10, window: 1m }
+"#,
+        )
+        .expect("valid");
+        let l = Lookup {
+            rules: Published::new(set),
+        };
+        assert!(l.global_params("a%7Cb|k=v", "g").is_some());
+        assert!(l.global_params("a%7Cb|k=v", "r").is_none());
+        assert!(l.global_params("other|k=v", "g").is_none());
+    }
+}
