@@ -69,12 +69,25 @@ fn bench(c: &mut Criterion) {
             black_box(p.decide(1, &answers))
         })
     });
+    c.bench_function("match only/1000 rules", |b| {
+        b.iter(|| black_box(sluice_core::matching::applicable(dom, black_box(&d))))
+    });
+    c.bench_function("plan/1000 rules", |b| {
+        b.iter(|| {
+            black_box(plan(dom, black_box(&d), now, 1, "req", |_| {
+                Remote::default()
+            }))
+        })
+    });
     let p = plan(dom, &d, now, 1, "req", |_| Remote::default());
     let answers: Vec<Answer> = p
         .calls
         .iter()
         .map(|pc| Answer::Done(apply(&pc.call, &vec![None; pc.call.items.len()]).0))
         .collect();
+    c.bench_function("decide", |b| {
+        b.iter(|| black_box(p.decide(1, black_box(&answers))))
+    });
     let dec = p.decide(1, &answers);
     c.bench_function("headers", |b| {
         b.iter(|| black_box(headers(black_box(&dec))))

@@ -7,6 +7,7 @@ use crate::hash::rollout_bucket;
 use crate::rules::{Domain, Mode, Override, Rule};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 32;
@@ -72,7 +73,32 @@ impl Descriptors {
     }
 }
 
-type ValueIndex = HashMap<String, HashMap<String, Vec<u32>>>;
+/// Keys of the index are the stable hash of `(field, value)`: one probe per descriptor, no
+/// string comparison. A collision only adds a false candidate, which the full matcher check
+/// drops, so correctness never rests on the hash.
+type ValueIndex = HashMap<u64, Vec<u32>, BuildHasherDefault<PassThrough>>;
+
+/// The index keys are already well-mixed hashes: hashing them again would be wasted work.
+#[derive(Default)]
+pub(crate) struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+fn pair_hash(field: &str, value: &str) -> u64 {
+    crate::hash::stable_hash(&[field, value])
+}
 
 /// Rules and overrides indexed by their rarest exact `(field, value)`.
 #[derive(Debug, Default)]
@@ -100,22 +126,14 @@ impl Index {
                 .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v.as_str())))
                 .min_by_key(|kv| freq.get(kv).copied().unwrap_or(0));
             match anchor {
-                Some((k, v)) => idx
-                    .rules
-                    .entry(k.to_string())
-                    .or_default()
-                    .entry(v.to_string())
-                    .or_default()
-                    .push(i as u32),
+                Some((k, v)) => idx.rules.entry(pair_hash(k, v)).or_default().push(i as u32),
                 None => idx.unanchored.push(i as u32),
             }
         }
         for (i, o) in overrides.iter().enumerate() {
             if let Some((k, v)) = o.identity.iter().next() {
                 idx.overrides
-                    .entry(k.clone())
-                    .or_default()
-                    .entry(v.clone())
+                    .entry(pair_hash(k, v))
                     .or_default()
                     .push(i as u32);
             }
@@ -193,9 +211,11 @@ fn matches(rule: &Rule, d: &Descriptors) -> bool {
 /// before rollout and exemptions are considered.
 pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
     let idx = &domain.index;
-    let mut cand: Vec<u32> = idx.unanchored.clone();
-    for (k, v) in d.iter() {
-        if let Some(ids) = idx.rules.get(k).and_then(|m| m.get(v)) {
+    let mut cand: Vec<u32> = Vec::with_capacity(idx.unanchored.len() + 8);
+    cand.extend_from_slice(&idx.unanchored);
+    let hashes: Vec<u64> = d.iter().map(|(k, v)| pair_hash(k, v)).collect();
+    for h in &hashes {
+        if let Some(ids) = idx.rules.get(h) {
             cand.extend_from_slice(ids);
         }
     }
@@ -224,10 +244,12 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
             .any(|(bg, _, br)| bg == g && std::ptr::eq(*br, *r)),
     });
 
-    let ovs: Vec<&Override> = {
+    let ovs: Vec<&Override> = if idx.overrides.is_empty() {
+        Vec::new()
+    } else {
         let mut ids: Vec<u32> = Vec::new();
-        for (k, v) in d.iter() {
-            if let Some(o) = idx.overrides.get(k).and_then(|m| m.get(v)) {
+        for h in &hashes {
+            if let Some(o) = idx.overrides.get(h) {
                 ids.extend_from_slice(o);
             }
         }
@@ -243,11 +265,21 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
     }
 
     let mut out = Vec::with_capacity(hits.len());
+    // Rules usually share their key fields: build each distinct identity once.
+    let mut seen: Vec<(&[String], Option<String>)> = Vec::with_capacity(2);
     for r in hits {
         if r.mode == Mode::Off {
             continue;
         }
-        let Some(identity) = identity(&domain.name, &r.key, d) else {
+        let ident = match seen.iter().find(|(k, _)| *k == r.key.as_slice()) {
+            Some((_, id)) => id.clone(),
+            None => {
+                let id = identity(&domain.name, &r.key, d);
+                seen.push((&r.key, id.clone()));
+                id
+            }
+        };
+        let Some(identity) = ident else {
             continue;
         };
         if r.rollout_pct < 100 && rollout_bucket(&r.id, &identity) >= r.rollout_pct {
