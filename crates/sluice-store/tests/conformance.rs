@@ -333,6 +333,9 @@ async fn down_at_start_and_bad_config() {
             ..RedisConfig::default()
         },
         RedisConfig::standalone("http://nope"),
+        // TLS needs a redis crate feature this build leaves out (docs/redis.md).
+        RedisConfig::standalone("rediss://127.0.0.1:6380/"),
+        RedisConfig::cluster(["rediss://127.0.0.1:6380/"]),
         RedisConfig {
             timeout_ms: 0,
             ..RedisConfig::default()

@@ -10,6 +10,7 @@
 //! `SLUICE_READ_TOKEN` (else the admin token) for reads.
 
 mod client;
+mod import_envoy;
 mod output;
 
 use anyhow::{Context, Result, bail};
@@ -174,6 +175,12 @@ enum Command {
         /// PostgreSQL URL, e.g. postgres://sluice@db:5432/sluice.
         #[arg(long, env = "SLUICE_POSTGRES")]
         postgres: String,
+    },
+    /// Turn an envoyproxy/ratelimit config into Sluice rules (stdout) and say what could not
+    /// be carried over (stderr). Needs no server. See docs/envoy.md.
+    ImportEnvoy {
+        /// The ratelimit service's YAML config; `-` reads stdin.
+        file: PathBuf,
     },
 }
 
@@ -760,6 +767,7 @@ fn run(cli: Cli) -> Result<()> {
                 println!("shadow would deny: {}", ids.join(", "));
             }
         }
+        Command::ImportEnvoy { file } => import_envoy::run(&file)?,
         Command::Migrate { postgres } => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
