@@ -1,4 +1,6 @@
-//! Generates the gRPC code from proto/ with protoc (Debian: protobuf-compiler).
+//! Generates the gRPC code from proto/ with protoc: `$PROTOC` when set, else the protoc
+//! binary that the protoc-bin-vendored crate ships, so a fresh machine builds without
+//! installing protobuf-compiler.
 //!
 //! The Envoy RLS v3 protos are compiled with the server (sluiced serves them) and the client
 //! (sluice-bench and the tests call them). The few google.protobuf well-known types they use
@@ -22,9 +24,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in &paths {
         println!("cargo:rerun-if-changed={}", p.display());
     }
+    let mut config = prost_build::Config::new();
+    if std::env::var_os("PROTOC").is_none() {
+        config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    }
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&paths[..2], &[root])?;
+        .compile_with_config(config, &paths[..2], &[root])?;
     Ok(())
 }
