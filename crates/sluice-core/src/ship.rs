@@ -118,10 +118,15 @@ impl LocalUsage {
     /// Records a decision's figure for a global rule's key at `now`.
     ///
     /// `figure` is what gets shipped (the window count, or cumulative consumption for
-    /// buckets); `busy` is the usage measured against the limit for the threshold and the
-    /// priority (for windows the same number; for buckets the `usage` of the outcome, i.e.
-    /// how far the bucket is drained). `threshold_pct` is the rule's `share_threshold` in
-    /// percent. Rules whose counts are not shared (sliding log, concurrency) are ignored.
+    /// buckets); `busy` is the usage the threshold and the priority are judged on. DESIGN.md
+    /// judges a key on the region's own count (for windows `busy` = `figure` = the outcome's
+    /// `usage`). The alternative is the count the decision saw, local + remote
+    /// (`limit − remaining`): a region held back by another's figure then still ships its
+    /// own small count, which closes most of the threshold's blind spot under overload
+    /// (docs/accuracy.md compares the two). For buckets the outcome's `usage` is how far the
+    /// bucket is drained, remote drain included. `threshold_pct` is the rule's
+    /// `share_threshold` in percent. Rules whose counts are not shared (sliding log,
+    /// concurrency) are ignored.
     pub fn observe(
         &mut self,
         key: &str,

@@ -1,0 +1,900 @@
+//! The discrete-event engine: virtual time, regions, daemons, stores and gossip, driving the
+//! same core code the daemon runs.
+//!
+//! Per request: `sluice_core::decision::plan` (matching, one call per identity, the remote
+//! figure from this daemon's `sluice_core::merge::RemoteCounts`), the calls answered by the
+//! region's `sluice_store::MemoryStore::check_sync` (or a daemon's local bucket when the store
+//! is out, through `Plan::fallback`), then `Plan::decide`. The decision's outcomes feed the
+//! daemon's `sluice_core::ship::LocalUsage`, which every ship interval selects what to send;
+//! receivers merge it into their `RemoteCounts`. Nothing here decides anything itself: it
+//! only moves time, messages and calls around, and counts.
+//!
+//! Time is virtual, in microseconds, passed as `now`. Events at the same instant run in the
+//! order they were scheduled (a sequence number breaks ties), every random draw comes from a
+//! seeded stream, and no map is iterated in an order that depends on anything but its
+//! insertions: the same scenario and seed give the same run, bit for bit.
+//!
+//! Model choices (see simulations/README.md):
+//! - a store call is made at arrival with the daemon's `now`, and executes `latency` later,
+//!   in arrival order per region (a region's store serialises calls, as Redis does);
+//! - a region's counts for a bucket rule are cumulative units consumed, kept beside the
+//!   bucket (as a counter in Redis would be), reset when idle for a refill period;
+//! - a store failover replays the calls the replica had received `lost_ms` before: writes
+//!   more recent than that are lost;
+//! - gossip messages go from each shipping daemon to every daemon of every other region that
+//!   is up, each with its own delay draw and loss; a partition drops them, in flight too.
+
+use crate::fx::FxMap;
+use crate::metrics::{Metrics, measure_window};
+use crate::report::{self, Report};
+use crate::rng::Rng;
+use crate::scenario::{BusyOn, Event, Scenario, Shippers};
+use crate::traffic::Generator;
+use sluice_core::Micros;
+use sluice_core::algo::Kind;
+use sluice_core::batch::Call;
+use sluice_core::decision::{Answer, Code, Plan, Via, plan};
+use sluice_core::merge::{RemoteCounts, rule_id_of};
+use sluice_core::rules::{Domain, Mode, Rule, Scope};
+use sluice_core::ship::{LocalUsage, ShipEntry, message_bytes};
+use sluice_store::MemoryStore;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
+
+/// How far a run has got, for a progress line.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Virtual now.
+    pub now: Micros,
+    /// Virtual end.
+    pub duration: Micros,
+    /// Requests decided so far.
+    pub requests: u64,
+}
+
+struct Daemon {
+    remote: RemoteCounts,
+    usage: LocalUsage,
+    local: MemoryStore,
+    epoch: u32,
+}
+
+struct Replica {
+    store: MemoryStore,
+    lag: Micros,
+    queue: VecDeque<(Micros, Call)>,
+}
+
+struct Region {
+    up: bool,
+    store: MemoryStore,
+    replica: Option<Replica>,
+    store_down_until: Micros,
+    last_exec: Micros,
+    daemons: Vec<Daemon>,
+    cumulative: FxMap<String, (u64, Micros)>,
+    latency_rng: Rng,
+    phase_rng: Rng,
+}
+
+struct Msg {
+    from: usize,
+    entries: Vec<ShipEntry>,
+}
+
+struct Pending<'a> {
+    region: usize,
+    daemon: usize,
+    traffic: u32,
+    key: u32,
+    now: Micros,
+    cost: u64,
+    plan: Plan<'a>,
+}
+
+enum Ev<'a> {
+    Arrival(usize),
+    Exec(Box<Pending<'a>>),
+    Ship {
+        region: usize,
+        daemon: usize,
+        epoch: u32,
+    },
+    Deliver {
+        region: usize,
+        daemon: usize,
+        epoch: u32,
+        msg: Rc<Msg>,
+    },
+    Scenario(usize),
+}
+
+struct Queued<'a> {
+    at: Micros,
+    seq: u64,
+    ev: Ev<'a>,
+}
+
+impl PartialEq for Queued<'_> {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Queued<'_> {}
+impl PartialOrd for Queued<'_> {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued<'_> {
+    /// Reversed: the heap pops the earliest, then the first scheduled.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// What one daemon still has to learn after a heal.
+struct Need {
+    key: String,
+    rule: usize,
+    expected: u64,
+    expires: Micros,
+}
+
+/// Convergence after one heal.
+pub struct HealTrack {
+    /// When the partition healed.
+    pub at: Micros,
+    needs: Vec<Vec<Need>>,
+    /// Needs still open.
+    pub left: usize,
+    /// Needs that ended with their window before being met.
+    pub moot: usize,
+    /// Keys that had something to learn.
+    pub keys: usize,
+    /// When the last need was met.
+    pub done: Option<Micros>,
+}
+
+/// Gossip counters.
+#[derive(Clone, Debug, Default)]
+pub struct GossipCounters {
+    /// Bytes sent (estimated protobuf), per message per receiving daemon.
+    pub bytes: u64,
+    /// Bytes sent by each region.
+    pub bytes_by_region: Vec<u64>,
+    /// Messages sent (one per receiving daemon).
+    pub messages: u64,
+    /// Non-empty shipments.
+    pub batches: u64,
+    /// Entries shipped.
+    pub entries: u64,
+    /// Most entries in one shipment.
+    pub max_batch: u64,
+    /// Busy figures deferred by the budget (summed over intervals).
+    pub deferred: u64,
+    /// Messages lost at random.
+    pub lost: u64,
+    /// Messages dropped by a partition.
+    pub cut: u64,
+    /// Most remote slots one daemon held.
+    pub max_remote_slots: usize,
+    /// Reports dropped at a daemon's key bound.
+    pub remote_full: u64,
+}
+
+/// One simulation run.
+pub struct Sim<'a> {
+    sc: &'a Scenario,
+    seed: u64,
+    domain: &'a Domain,
+    rule_of: FxMap<usize, usize>,
+    truth_cache: FxMap<(u32, u32, u32), u32>,
+    regions: Vec<Region>,
+    up: Vec<bool>,
+    gens: Vec<Generator>,
+    heap: BinaryHeap<Queued<'a>>,
+    seq: u64,
+    now: Micros,
+    interval: Micros,
+    threshold: Option<u8>,
+    cut: Vec<Vec<bool>>,
+    link_rng: Vec<Rng>,
+    /// Counters and ground truth.
+    pub metrics: Metrics,
+    /// Gossip counters.
+    pub gossip: GossipCounters,
+    /// Convergence after each heal.
+    pub heals: Vec<HealTrack>,
+    events: u64,
+}
+
+/// Streams of randomness, so each consumer's draws are independent of the others.
+const STREAM_TRAFFIC: u64 = 1 << 32;
+const STREAM_LATENCY: u64 = 2 << 32;
+const STREAM_PHASE: u64 = 3 << 32;
+const STREAM_LINK: u64 = 4 << 32;
+
+fn rule_addr(r: &Rule) -> usize {
+    r as *const Rule as usize
+}
+
+impl<'a> Sim<'a> {
+    /// Sets up a run of `sc` under `seed`.
+    pub fn new(sc: &'a Scenario, seed: u64) -> Sim<'a> {
+        let domain = sc.domain();
+        let n = sc.regions.len();
+        let rule_of = domain
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (rule_addr(r), i))
+            .collect();
+        let regions = (0..n)
+            .map(|r| Region {
+                up: true,
+                store: MemoryStore::new(sc.store.max_keys),
+                replica: sc.replica_lag[r].map(|lag| Replica {
+                    store: MemoryStore::new(sc.store.max_keys),
+                    lag,
+                    queue: VecDeque::new(),
+                }),
+                store_down_until: 0,
+                last_exec: 0,
+                daemons: Vec::new(),
+                cumulative: FxMap::default(),
+                latency_rng: Rng::stream(seed, STREAM_LATENCY + r as u64),
+                phase_rng: Rng::stream(seed, STREAM_PHASE + r as u64),
+            })
+            .collect();
+        let gens = sc
+            .traffic
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Generator::new(t.clone(), Rng::stream(seed, STREAM_TRAFFIC + i as u64)))
+            .collect();
+        let link_rng = (0..n * n)
+            .map(|i| Rng::stream(seed, STREAM_LINK + i as u64))
+            .collect();
+        let mut sim = Sim {
+            sc,
+            seed,
+            domain,
+            rule_of,
+            truth_cache: FxMap::default(),
+            regions,
+            up: vec![true; n],
+            gens,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            now: 0,
+            interval: sc.gossip.interval,
+            threshold: sc.gossip.threshold_pct,
+            cut: vec![vec![false; n]; n],
+            link_rng,
+            metrics: Metrics::new(domain.rules.len(), n, sc.warmup, sc.duration),
+            gossip: GossipCounters {
+                bytes_by_region: vec![0; n],
+                ..GossipCounters::default()
+            },
+            heals: Vec::new(),
+            events: 0,
+        };
+        for r in 0..n {
+            sim.start_daemons(r);
+        }
+        for g in 0..sim.gens.len() {
+            if let Some(t) = sim.gens[g].next_arrival() {
+                sim.push(t, Ev::Arrival(g));
+            }
+        }
+        for i in 0..sc.events.len() {
+            sim.push(sc.events[i].0, Ev::Scenario(i));
+        }
+        sim
+    }
+
+    fn push(&mut self, at: Micros, ev: Ev<'a>) {
+        self.seq += 1;
+        self.heap.push(Queued {
+            at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    /// (Re)starts a region's daemons: empty tables, a fresh epoch (older timers and messages
+    /// addressed to the previous incarnation are ignored), ship timers at random phases.
+    fn start_daemons(&mut self, r: usize) {
+        let sc = self.sc;
+        let name = &sc.regions[r];
+        let old_epoch = self.regions[r].daemons.first().map_or(0, |d| d.epoch);
+        self.regions[r].daemons = (0..sc.daemons)
+            .map(|_| Daemon {
+                remote: RemoteCounts::new(name, sc.gossip.max_keys),
+                usage: LocalUsage::new(),
+                local: MemoryStore::new(100_000),
+                epoch: old_epoch + 1,
+            })
+            .collect();
+        for d in 0..sc.daemons {
+            if !self.ships(d) {
+                continue;
+            }
+            let phase = (self.regions[r].phase_rng.unit() * self.interval as f64) as Micros;
+            let at = self.now + phase.max(1);
+            if at < sc.duration {
+                self.push(
+                    at,
+                    Ev::Ship {
+                        region: r,
+                        daemon: d,
+                        epoch: old_epoch + 1,
+                    },
+                );
+            }
+        }
+    }
+
+    fn ships(&self, d: usize) -> bool {
+        self.sc.gossip.shippers == Shippers::EveryDaemon || d == 0
+    }
+
+    /// Runs to the end, calling `progress` now and then.
+    pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> Report {
+        while let Some(q) = self.heap.pop() {
+            self.now = q.at;
+            self.events += 1;
+            if self.events & 0xffff == 0 {
+                progress(&Progress {
+                    now: self.now,
+                    duration: self.sc.duration,
+                    requests: self.metrics.requests,
+                });
+            }
+            match q.ev {
+                Ev::Arrival(g) => self.arrival(g),
+                Ev::Exec(p) => self.exec(*p),
+                Ev::Ship {
+                    region,
+                    daemon,
+                    epoch,
+                } => self.ship(region, daemon, epoch),
+                Ev::Deliver {
+                    region,
+                    daemon,
+                    epoch,
+                    msg,
+                } => self.deliver(region, daemon, epoch, &msg),
+                Ev::Scenario(i) => self.scenario_event(i),
+            }
+        }
+        progress(&Progress {
+            now: self.sc.duration,
+            duration: self.sc.duration,
+            requests: self.metrics.requests,
+        });
+        self.metrics.finish();
+        report::build(self.sc, self.seed, &self.metrics, &self.gossip, &self.heals)
+    }
+
+    fn arrival(&mut self, g: usize) {
+        let t = self.now;
+        let sc = self.sc;
+        let domain = self.domain;
+        let tg = &mut self.gens[g];
+        match tg.pick_region(t, &self.up) {
+            None => self.metrics.no_region += 1,
+            Some(r) => {
+                let d = tg.pick_daemon(sc.daemons);
+                let k = tg.pick_key();
+                let cost = tg.cfg.cost;
+                let region = &mut self.regions[r];
+                let remote = &region.daemons[d].remote;
+                let p = plan(domain, tg.descriptors(k), t, cost, "", |a| {
+                    remote.remote_for(&a.key, &a.params, t)
+                });
+                if p.calls.is_empty() {
+                    // No rule applies: allowed without a store call.
+                    self.metrics.requests += 1;
+                    self.metrics.admitted += 1;
+                } else {
+                    let lat = sc.store.latency.sample(&mut region.latency_rng);
+                    let at = (t + lat).max(region.last_exec);
+                    region.last_exec = at;
+                    self.push(
+                        at,
+                        Ev::Exec(Box::new(Pending {
+                            region: r,
+                            daemon: d,
+                            traffic: g as u32,
+                            key: k as u32,
+                            now: t,
+                            cost,
+                            plan: p,
+                        })),
+                    );
+                }
+            }
+        }
+        if let Some(next) = self.gens[g].next_arrival()
+            && next < sc.duration
+        {
+            self.push(next, Ev::Arrival(g));
+        }
+    }
+
+    /// Applies to the replica what it had received by `now`.
+    fn replicate(&mut self, r: usize, now: Micros) {
+        if let Some(rep) = &mut self.regions[r].replica {
+            while rep.queue.front().is_some_and(|(at, _)| *at <= now) {
+                if let Some((_, call)) = rep.queue.pop_front() {
+                    // Same calls, same order, same states: the replica's answers are the
+                    // primary's; only its timing differs.
+                    let _ = rep.store.check_sync(&call);
+                }
+            }
+        }
+    }
+
+    fn exec(&mut self, p: Pending<'a>) {
+        let Pending {
+            region: r,
+            daemon: d,
+            traffic,
+            key,
+            now,
+            cost,
+            plan,
+        } = p;
+        let sim_now = self.now;
+        if !self.regions[r].up {
+            self.metrics.failed_in_flight += 1;
+            return;
+        }
+        self.metrics.requests += 1;
+        self.replicate(r, sim_now);
+        let store_ok = sim_now >= self.regions[r].store_down_until;
+        let permille = self.sc.store.local_permille;
+        let mut answers = Vec::with_capacity(plan.calls.len());
+        for (i, pc) in plan.calls.iter().enumerate() {
+            self.metrics.store_calls += 1;
+            let region = &mut self.regions[r];
+            let res = if store_ok {
+                region.store.check_sync(&pc.call).ok()
+            } else {
+                None
+            };
+            match res {
+                Some(result) => {
+                    if let Some(rep) = &mut region.replica {
+                        rep.queue.push_back((sim_now + rep.lag, pc.call.clone()));
+                    }
+                    answers.push(Answer::Done(result));
+                }
+                None => {
+                    self.metrics.store_failures += 1;
+                    let local = plan
+                        .fallback(i, permille)
+                        .and_then(|c| region.daemons[d].local.check_sync(&c).ok());
+                    answers.push(Answer::Failed { local });
+                }
+            }
+        }
+        let decision = plan.decide(1, &answers);
+        self.measure(r, (traffic, key), now, cost, &plan, &decision);
+        self.observe(r, d, now, cost, &plan, &answers);
+    }
+
+    fn rule_index(&self, rule: &Rule) -> usize {
+        self.rule_of.get(&rule_addr(rule)).copied().unwrap_or(0)
+    }
+
+    /// Ground truth and counters for one decided request.
+    fn measure(
+        &mut self,
+        r: usize,
+        (traffic, key): (u32, u32),
+        now: Micros,
+        cost: u64,
+        plan: &Plan<'a>,
+        decision: &sluice_core::decision::Decision,
+    ) {
+        let m = &mut self.metrics;
+        match decision.code {
+            Code::Ok => m.admitted += 1,
+            Code::OverLimit => m.denied += 1,
+            Code::Unavailable => m.unavailable += 1,
+        }
+        m.local_answers += decision
+            .policies
+            .iter()
+            .filter(|p| p.via == Via::Local)
+            .count() as u64;
+        let mut ids: Vec<(usize, usize, bool)> = Vec::with_capacity(plan.applied.len());
+        for a in &plan.applied {
+            if a.rule.mode != Mode::Enforce {
+                continue;
+            }
+            let ri = self.rule_index(a.rule);
+            let region = match a.rule.scope {
+                Scope::Global => None,
+                Scope::Region => Some(r),
+            };
+            // The counter a (traffic, key, rule, region) reaches never changes: look it up
+            // by numbers instead of hashing the store key.
+            let tag = (ri * 65 + region.map_or(0, |r| r + 1)) as u32;
+            let id = match self.truth_cache.get(&(traffic, key, tag)) {
+                Some(&id) => id as usize,
+                None => {
+                    let id = self.metrics.truth_id(ri, region, &a.key, &a.params);
+                    self.truth_cache.insert((traffic, key, tag), id as u32);
+                    id
+                }
+            };
+            let m = &mut self.metrics;
+            m.demand(id, now, cost);
+            ids.push((ri, id, a.rule.charge_rejected));
+        }
+        let m = &mut self.metrics;
+        if decision.code == Code::OverLimit {
+            let mut refusing = 0;
+            let mut all_room = true;
+            for p in decision
+                .policies
+                .iter()
+                .filter(|p| !p.allowed && p.via != Via::FailedClosed)
+            {
+                if let Some((_, id, _)) = ids
+                    .iter()
+                    .find(|(ri, _, _)| self.domain.rules[*ri].id == p.id)
+                {
+                    refusing += 1;
+                    all_room &= m.truths[*id].oracle_allows(now, cost);
+                }
+            }
+            if let Some(by) = &decision.decided_by
+                && let Some(&(ri, _, _)) = ids
+                    .iter()
+                    .find(|(ri, _, _)| self.domain.rules[*ri].id == *by)
+            {
+                m.rules[ri].denied += 1;
+                if refusing > 0 && all_room {
+                    m.rules[ri].false_rejections += 1;
+                }
+            }
+        }
+        if decision.allowed() {
+            for (_, id, _) in &ids {
+                m.admit(*id, now, r, cost);
+            }
+        } else {
+            for (_, id, charge) in &ids {
+                if *charge {
+                    m.truths[*id].oracle_take(now, cost);
+                }
+            }
+        }
+    }
+
+    /// Feeds the daemon's shipper with the region figures of global rules the store answered.
+    fn observe(
+        &mut self,
+        r: usize,
+        d: usize,
+        now: Micros,
+        cost: u64,
+        plan: &Plan<'a>,
+        answers: &[Answer],
+    ) {
+        if !self.ships(d) {
+            return;
+        }
+        let threshold = self.threshold;
+        let busy_on = self.sc.gossip.busy_on;
+        let region = &mut self.regions[r];
+        for (pc, ans) in plan.calls.iter().zip(answers) {
+            let Answer::Done(res) = ans else { continue };
+            for (k, &ai) in pc.rules.iter().enumerate() {
+                let a = &plan.applied[ai];
+                if a.rule.scope != Scope::Global {
+                    continue;
+                }
+                let (Some(o), Some(item)) = (res.outcomes.get(k), pc.call.items.get(k)) else {
+                    continue;
+                };
+                let th = threshold.unwrap_or(a.rule.share_threshold_pct);
+                let (figure, busy) = match a.params.kind() {
+                    Kind::TokenBucket | Kind::Gcra => {
+                        // The store's own charge rule (batch::apply): what it took.
+                        let charged = if res.allowed {
+                            o.allowed
+                        } else {
+                            item.enforce && item.charge_rejected
+                        };
+                        let period = a.params.window();
+                        let c = match region.cumulative.get_mut(&a.key) {
+                            Some(c) => c,
+                            None => region.cumulative.entry(a.key.clone()).or_insert((0, now)),
+                        };
+                        if charged {
+                            if now > c.1 + period {
+                                // Idle for a refill period: the counter's TTL ran out.
+                                c.0 = 0;
+                            }
+                            c.0 += cost;
+                            c.1 = now;
+                        }
+                        (c.0, o.usage)
+                    }
+                    _ => match busy_on {
+                        BusyOn::RegionCount => (o.usage, o.usage),
+                        BusyOn::SeenCount => (o.usage, o.limit.saturating_sub(o.remaining)),
+                    },
+                };
+                region.daemons[d]
+                    .usage
+                    .observe(&a.key, &a.params, th, now, figure, busy);
+            }
+        }
+    }
+
+    fn ship(&mut self, r: usize, d: usize, epoch: u32) {
+        let now = self.now;
+        let sc = self.sc;
+        let n = sc.regions.len();
+        {
+            let region = &self.regions[r];
+            if !region.up || region.daemons[d].epoch != epoch {
+                return;
+            }
+        }
+        let daemon = &mut self.regions[r].daemons[d];
+        let batch = daemon.usage.select(now, &sc.gossip.budget);
+        daemon.remote.sweep(now);
+        let g = &mut self.gossip;
+        g.deferred += batch.deferred as u64;
+        if !batch.entries.is_empty() {
+            g.batches += 1;
+            g.entries += batch.entries.len() as u64;
+            g.max_batch = g.max_batch.max(batch.entries.len() as u64);
+            let bytes = message_bytes(&sc.regions[r], batch.bytes) as u64;
+            let msg = Rc::new(Msg {
+                from: r,
+                entries: batch.entries,
+            });
+            for r2 in 0..n {
+                if r2 == r || !self.regions[r2].up {
+                    continue;
+                }
+                for d2 in 0..sc.daemons {
+                    let g = &mut self.gossip;
+                    g.messages += 1;
+                    g.bytes += bytes;
+                    g.bytes_by_region[r] += bytes;
+                    if self.cut[r][r2] {
+                        g.cut += 1;
+                        continue;
+                    }
+                    let link = sc.gossip.links[r][r2];
+                    let rng = &mut self.link_rng[r * n + r2];
+                    if rng.chance(link.loss) {
+                        g.lost += 1;
+                        continue;
+                    }
+                    let delay = link.delay.sample(rng);
+                    let epoch = self.regions[r2].daemons[d2].epoch;
+                    self.push(
+                        now + delay,
+                        Ev::Deliver {
+                            region: r2,
+                            daemon: d2,
+                            epoch,
+                            msg: msg.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        let next = now + self.interval;
+        if next < sc.duration {
+            self.push(
+                next,
+                Ev::Ship {
+                    region: r,
+                    daemon: d,
+                    epoch,
+                },
+            );
+        }
+    }
+
+    fn deliver(&mut self, r: usize, d: usize, epoch: u32, msg: &Msg) {
+        let now = self.now;
+        if self.cut[msg.from][r] {
+            self.gossip.cut += 1;
+            return;
+        }
+        let region = &mut self.regions[r];
+        if !region.up || region.daemons[d].epoch != epoch {
+            return;
+        }
+        let from = &self.sc.regions[msg.from];
+        let daemon = &mut region.daemons[d];
+        for e in &msg.entries {
+            let Some(rule) = rule_id_of(&e.key).and_then(|id| self.domain.rule(id)) else {
+                continue;
+            };
+            if daemon
+                .remote
+                .merge(from, &e.key, &rule.params, e.window_start, e.count, now)
+                == sluice_core::merge::Merged::Full
+            {
+                self.gossip.remote_full += 1;
+            }
+        }
+        self.gossip.max_remote_slots = self.gossip.max_remote_slots.max(daemon.remote.slots());
+        self.check_heals(r, d);
+    }
+
+    fn check_heals(&mut self, r: usize, d: usize) {
+        let now = self.now;
+        let gi = r * self.sc.daemons + d;
+        let domain = self.domain;
+        let remote = &self.regions[r].daemons[d].remote;
+        for h in self.heals.iter_mut().filter(|h| h.done.is_none()) {
+            let (mut met, mut moot) = (0, 0);
+            h.needs[gi].retain(|n| {
+                if now >= n.expires {
+                    moot += 1;
+                    return false;
+                }
+                let params = &domain.rules[n.rule].params;
+                if remote.remote_for(&n.key, params, now).cur >= n.expected {
+                    met += 1;
+                    return false;
+                }
+                true
+            });
+            h.left -= met + moot;
+            h.moot += moot;
+            if h.left == 0 {
+                h.done = Some(now);
+            }
+        }
+    }
+
+    /// After a heal: what each daemon must learn for the views to agree again with the
+    /// regions' counts at the heal (busy keys of global window rules).
+    fn track_heal(&mut self) {
+        let now = self.now;
+        let sc = self.sc;
+        let n = sc.regions.len();
+        let mut needs: Vec<Vec<Need>> = (0..n * sc.daemons).map(|_| Vec::new()).collect();
+        let mut keys = 0;
+        for t in &self.metrics.truths {
+            if t.region.is_some()
+                || !matches!(t.params.kind(), Kind::FixedWindow | Kind::SlidingWindow)
+            {
+                continue;
+            }
+            let rule = &self.domain.rules[t.rule];
+            let th = u64::from(self.threshold.unwrap_or(rule.share_threshold_pct));
+            let (_, end, _) = measure_window(&t.params, now);
+            let limit = t.params.limit();
+            let counts: Vec<u64> = (0..n)
+                .map(|r| {
+                    let c = t.region_count(r, now);
+                    if self.up[r] && c * 100 > limit * th {
+                        c
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let mut any = false;
+            for q in (0..n).filter(|q| self.up[*q]) {
+                let expected: u64 = (0..n).filter(|r| *r != q).map(|r| counts[r]).sum();
+                if expected == 0 {
+                    continue;
+                }
+                any = true;
+                for d in 0..sc.daemons {
+                    needs[q * sc.daemons + d].push(Need {
+                        key: t.key.clone(),
+                        rule: t.rule,
+                        expected,
+                        expires: end,
+                    });
+                }
+            }
+            keys += usize::from(any);
+        }
+        let left = needs.iter().map(Vec::len).sum();
+        self.heals.push(HealTrack {
+            at: now,
+            needs,
+            left,
+            moot: 0,
+            keys,
+            done: (left == 0).then_some(now),
+        });
+        // Views may already agree (counts that crossed before the partition).
+        for r in 0..n {
+            if self.up[r] {
+                for d in 0..sc.daemons {
+                    self.check_heals(r, d);
+                }
+            }
+        }
+    }
+
+    fn scenario_event(&mut self, i: usize) {
+        let now = self.now;
+        let sc = self.sc;
+        match &sc.events[i].1 {
+            Event::RegionDown(r) => {
+                self.up[*r] = false;
+                let region = &mut self.regions[*r];
+                region.up = false;
+                for d in &mut region.daemons {
+                    d.epoch += 1;
+                }
+            }
+            Event::RegionUp(r, wipe) => {
+                if self.regions[*r].up {
+                    return;
+                }
+                self.up[*r] = true;
+                self.regions[*r].up = true;
+                if *wipe {
+                    let region = &mut self.regions[*r];
+                    region.store = MemoryStore::new(sc.store.max_keys);
+                    region.cumulative = FxMap::default();
+                    if let Some(rep) = &mut region.replica {
+                        rep.store = MemoryStore::new(sc.store.max_keys);
+                        rep.queue.clear();
+                    }
+                }
+                self.start_daemons(*r);
+            }
+            Event::Partition(groups) => {
+                let n = groups.len();
+                for a in 0..n {
+                    for b in 0..n {
+                        self.cut[a][b] = groups[a] != groups[b];
+                    }
+                }
+            }
+            Event::Heal => {
+                for row in &mut self.cut {
+                    row.fill(false);
+                }
+                self.track_heal();
+            }
+            Event::StoreFailover(r, outage) => {
+                self.replicate(*r, now);
+                let region = &mut self.regions[*r];
+                if let Some(rep) = region.replica.take() {
+                    self.metrics.lost_writes += rep.queue.len() as u64;
+                    region.store = rep.store;
+                }
+                region.store_down_until = now + outage;
+            }
+            Event::SetShip(iv, th) => {
+                if let Some(iv) = iv {
+                    self.interval = *iv;
+                }
+                if let Some(th) = th {
+                    self.threshold = Some(*th);
+                }
+            }
+        }
+    }
+}
+
+/// Runs a scenario under `seed`.
+pub fn run(sc: &Scenario, seed: u64, progress: &mut dyn FnMut(&Progress)) -> Report {
+    Sim::new(sc, seed).run(progress)
+}

@@ -1,0 +1,418 @@
+//! Ground truth and the measures.
+//!
+//! For every counter a rule keeps (a key of a global rule, or a key of a region rule in one
+//! region) the simulator keeps the *truth*: units admitted per measurement window, across
+//! all regions, and an *oracle*: the same algorithm (sluice-core's `evaluate` / `take`) run
+//! on one exact global state fed with every admission. The oracle answers "would an exact,
+//! instantly shared limiter have allowed this?", which is what a false rejection (denied
+//! although the true global count was under the limit) and an over-admission are measured
+//! against.
+//!
+//! Measurement windows: a window rule's own windows (aligned on the epoch like the rule's);
+//! for token bucket and GCRA, periods of one full refill (`burst / rate`), in which an exact
+//! bucket admits at most `burst + rate × period` units. Overshoot of a window = admitted /
+//! that bound.
+//!
+//! Windows are folded into per-rule figures as soon as they are over, so memory does not grow
+//! with keys × windows; the full series is kept only for counters worth plotting (the first
+//! thousand counters, and any counter whose demand ever reached its allowance).
+
+use crate::fx::FxMap;
+use sluice_core::algo::{self, Params, Remote, Request};
+use sluice_core::time::SECOND;
+use sluice_core::{Micros, State};
+
+/// One measurement window of one counter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WinStat {
+    /// Start.
+    pub start: Micros,
+    /// End.
+    pub end: Micros,
+    /// Units admitted (every region).
+    pub admitted: u64,
+    /// Units asked for (admitted or not).
+    pub demand: u64,
+    /// Units admitted per region (global counters only; empty for region counters).
+    pub per_region: Vec<u64>,
+}
+
+/// The truth of one counter.
+#[derive(Clone, Debug)]
+pub struct Truth {
+    /// Index of the rule in the domain.
+    pub rule: usize,
+    /// The region, for region-scope rules.
+    pub region: Option<usize>,
+    /// Store key.
+    pub key: String,
+    /// Effective numbers (overrides applied).
+    pub params: Params,
+    /// What an exact limiter admits per measurement window.
+    pub allowed: u64,
+    oracle: Option<State>,
+    oracle_now: Micros,
+    /// The last two windows, oldest first (a request of the previous window may still
+    /// execute after the next one began).
+    recent: Vec<WinStat>,
+    /// Every finished window, for counters worth plotting.
+    pub history: Option<Vec<WinStat>>,
+    /// Units asked for over the run.
+    pub demand: u64,
+}
+
+/// The measurement window holding `now` and what an exact limiter admits in it.
+pub fn measure_window(params: &Params, now: Micros) -> (Micros, Micros, u64) {
+    let aligned = |len: Micros| {
+        let len = len.max(1);
+        let s = now - now % len;
+        (s, s + len)
+    };
+    match params {
+        Params::FixedWindow { limit, window } => {
+            let (s, e) = window.bounds(now);
+            (s, e, *limit)
+        }
+        Params::SlidingWindow { limit, window } | Params::SlidingLog { limit, window } => {
+            let (s, e) = aligned(*window);
+            (s, e, *limit)
+        }
+        Params::TokenBucket { rate_per_s, burst } => {
+            let len = params.window();
+            let (s, e) = aligned(len);
+            (s, e, burst + rate_per_s * len / SECOND)
+        }
+        Params::Gcra { burst, .. } => {
+            let (s, e) = aligned(params.window());
+            (s, e, 2 * burst)
+        }
+        Params::Concurrency { limit, timeout } => {
+            let (s, e) = aligned(*timeout);
+            (s, e, *limit)
+        }
+    }
+}
+
+impl Truth {
+    fn request(&mut self, now: Micros, cost: u64) -> Request<'static> {
+        // The oracle's clock only moves forward: requests of two regions may execute a few
+        // hundred microseconds out of order around a window boundary.
+        self.oracle_now = self.oracle_now.max(now);
+        Request {
+            now: self.oracle_now,
+            cost,
+            request_id: "",
+            remote: Remote::default(),
+        }
+    }
+
+    /// Whether the exact limiter would admit `cost` units at `now`.
+    pub fn oracle_allows(&mut self, now: Micros, cost: u64) -> bool {
+        let req = self.request(now, cost);
+        algo::evaluate(&self.params, self.oracle.as_ref(), &req).allowed
+    }
+
+    /// Charges the exact limiter; returns whether it had room.
+    pub fn oracle_take(&mut self, now: Micros, cost: u64) -> bool {
+        let req = self.request(now, cost);
+        let fits = algo::evaluate(&self.params, self.oracle.as_ref(), &req).allowed;
+        self.oracle = Some(algo::take(&self.params, self.oracle.as_ref(), &req).0);
+        fits
+    }
+
+    /// The units admitted in `region` in the window holding `now` (global counters).
+    pub fn region_count(&self, region: usize, now: Micros) -> u64 {
+        let (start, _, _) = measure_window(&self.params, now);
+        self.recent
+            .iter()
+            .find(|w| w.start == start)
+            .and_then(|w| w.per_region.get(region).copied())
+            .unwrap_or(0)
+    }
+}
+
+/// Counters per rule.
+#[derive(Clone, Debug, Default)]
+pub struct RuleCounters {
+    /// Units asked for.
+    pub demand: u64,
+    /// Units admitted.
+    pub admitted: u64,
+    /// Requests this rule refused (it decided).
+    pub denied: u64,
+    /// Refusals although every refusing counter's exact limiter had room.
+    pub false_rejections: u64,
+    /// Units admitted although the exact limiter had no room.
+    pub over_admitted: u64,
+    /// Admitted / allowed of measured windows whose demand reached the allowance.
+    pub contested: Vec<f64>,
+    /// Measured windows with traffic.
+    pub windows: usize,
+    /// Sum of their ratios.
+    pub ratio_sum: f64,
+    /// Largest ratio.
+    pub ratio_max: f64,
+    /// Ratios in bins of 0.001 (the last bin holds everything from 10.0 up).
+    pub ratio_bins: Vec<u32>,
+    /// Units admitted beyond the allowance, over measured windows.
+    pub excess: u64,
+    /// Requests of a window already folded (executed more than a window late).
+    pub late: u64,
+}
+
+/// Bins of 0.001 up to a ratio of 10.
+pub const RATIO_BINS: usize = 10_001;
+
+/// Everything the run counts.
+#[derive(Debug)]
+pub struct Metrics {
+    regions: usize,
+    warmup: Micros,
+    duration: Micros,
+    global: FxMap<String, u32>,
+    regional: Vec<FxMap<String, u32>>,
+    /// One per counter.
+    pub truths: Vec<Truth>,
+    /// One per rule of the domain.
+    pub rules: Vec<RuleCounters>,
+    /// Requests decided.
+    pub requests: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests refused (over a limit).
+    pub denied: u64,
+    /// Requests answered UNAVAILABLE (a fail-closed rule without a store).
+    pub unavailable: u64,
+    /// Requests lost with a region that went down while they were in flight.
+    pub failed_in_flight: u64,
+    /// Requests that found every region down.
+    pub no_region: u64,
+    /// Store calls made.
+    pub store_calls: u64,
+    /// Store calls that failed (outage).
+    pub store_failures: u64,
+    /// Rules answered by a daemon's local bucket.
+    pub local_answers: u64,
+    /// Store calls lost in failovers.
+    pub lost_writes: u64,
+}
+
+/// Counters kept with their whole series regardless of demand.
+const ALWAYS_KEEP: usize = 1_000;
+
+impl Metrics {
+    /// Empty counters for `rules` rules over `regions` regions; windows are measured when
+    /// they lie in `[warmup, duration]`.
+    pub fn new(rules: usize, regions: usize, warmup: Micros, duration: Micros) -> Metrics {
+        Metrics {
+            regions,
+            warmup,
+            duration,
+            global: FxMap::default(),
+            regional: vec![FxMap::default(); regions],
+            truths: Vec::new(),
+            rules: vec![RuleCounters::default(); rules],
+            requests: 0,
+            admitted: 0,
+            denied: 0,
+            unavailable: 0,
+            failed_in_flight: 0,
+            no_region: 0,
+            store_calls: 0,
+            store_failures: 0,
+            local_answers: 0,
+            lost_writes: 0,
+        }
+    }
+
+    /// The counter of `key` (of rule `rule`), created on first use. `region` is `Some` for
+    /// region-scope rules: each region has its own counter.
+    pub fn truth_id(
+        &mut self,
+        rule: usize,
+        region: Option<usize>,
+        key: &str,
+        params: &Params,
+    ) -> usize {
+        let map = match region {
+            None => &mut self.global,
+            Some(r) => &mut self.regional[r],
+        };
+        if let Some(&id) = map.get(key) {
+            return id as usize;
+        }
+        let id = self.truths.len();
+        map.insert(key.to_string(), id as u32);
+        let (_, _, allowed) = measure_window(params, 0);
+        self.truths.push(Truth {
+            rule,
+            region,
+            key: key.to_string(),
+            params: params.clone(),
+            allowed,
+            oracle: None,
+            oracle_now: 0,
+            recent: Vec::with_capacity(2),
+            history: (id < ALWAYS_KEEP).then(Vec::new),
+            demand: 0,
+        });
+        id
+    }
+
+    /// The window of counter `id` holding `now`, or `None` when it was already folded.
+    fn window(&mut self, id: usize, now: Micros) -> Option<&mut WinStat> {
+        let t = &self.truths[id];
+        let (start, end, _) = measure_window(&t.params, now);
+        let pos = t.recent.iter().position(|w| w.start == start);
+        let pos = match pos {
+            Some(p) => p,
+            None if t.recent.last().is_none_or(|w| w.start < start) => {
+                let per_region = if t.region.is_none() {
+                    vec![0; self.regions]
+                } else {
+                    Vec::new()
+                };
+                let t = &mut self.truths[id];
+                t.recent.push(WinStat {
+                    start,
+                    end,
+                    admitted: 0,
+                    demand: 0,
+                    per_region,
+                });
+                if t.recent.len() > 2 {
+                    let w = t.recent.remove(0);
+                    self.fold(id, w);
+                }
+                self.truths[id].recent.len() - 1
+            }
+            None if t.recent.len() < 2 && t.recent.first().is_some_and(|w| w.start > start) => {
+                let per_region = if t.region.is_none() {
+                    vec![0; self.regions]
+                } else {
+                    Vec::new()
+                };
+                self.truths[id].recent.insert(
+                    0,
+                    WinStat {
+                        start,
+                        end,
+                        admitted: 0,
+                        demand: 0,
+                        per_region,
+                    },
+                );
+                0
+            }
+            None => {
+                let rule = self.truths[id].rule;
+                self.rules[rule].late += 1;
+                return None;
+            }
+        };
+        Some(&mut self.truths[id].recent[pos])
+    }
+
+    /// Adds a finished window to its rule's figures (and to the counter's series).
+    fn fold(&mut self, id: usize, w: WinStat) {
+        let t = &mut self.truths[id];
+        let allowed = t.allowed.max(1);
+        if w.demand >= allowed && t.history.is_none() {
+            t.history = Some(Vec::new());
+        }
+        let measured = w.start >= self.warmup && w.end <= self.duration && w.demand > 0;
+        if measured {
+            let rc = &mut self.rules[t.rule];
+            let ratio = w.admitted as f64 / allowed as f64;
+            rc.windows += 1;
+            rc.ratio_sum += ratio;
+            rc.ratio_max = rc.ratio_max.max(ratio);
+            if rc.ratio_bins.is_empty() {
+                rc.ratio_bins = vec![0; RATIO_BINS];
+            }
+            let bin = ((ratio * 1000.0).round() as usize).min(RATIO_BINS - 1);
+            rc.ratio_bins[bin] += 1;
+            if w.demand >= allowed {
+                rc.contested.push(ratio);
+            }
+            rc.excess += w.admitted.saturating_sub(allowed);
+        }
+        if let Some(h) = &mut t.history
+            && w.end <= self.duration
+        {
+            h.push(w);
+        }
+    }
+
+    /// Folds every window still open: call once, at the end of the run.
+    pub fn finish(&mut self) {
+        for id in 0..self.truths.len() {
+            let recent = std::mem::take(&mut self.truths[id].recent);
+            for w in recent {
+                self.fold(id, w);
+            }
+        }
+    }
+
+    /// A request for `cost` units reached counter `id`.
+    pub fn demand(&mut self, id: usize, now: Micros, cost: u64) {
+        let rule = self.truths[id].rule;
+        self.truths[id].demand += cost;
+        self.rules[rule].demand += cost;
+        if let Some(w) = self.window(id, now) {
+            w.demand += cost;
+        }
+    }
+
+    /// Counter `id` admitted `cost` units in `region`.
+    pub fn admit(&mut self, id: usize, now: Micros, region: usize, cost: u64) {
+        let fits = self.truths[id].oracle_take(now, cost);
+        let rule = self.truths[id].rule;
+        if let Some(w) = self.window(id, now) {
+            w.admitted += cost;
+            if let Some(p) = w.per_region.get_mut(region) {
+                *p += cost;
+            }
+        }
+        let rc = &mut self.rules[rule];
+        rc.admitted += cost;
+        if !fits {
+            rc.over_admitted += cost;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::algo::Window;
+
+    const MIN: Micros = 60 * SECOND;
+
+    #[test]
+    fn windows_fold_into_rule_figures() {
+        let p = Params::FixedWindow {
+            limit: 10,
+            window: Window::Epoch(MIN),
+        };
+        let mut m = Metrics::new(1, 2, 0, 3 * MIN);
+        let id = m.truth_id(0, None, "k", &p);
+        for i in 0..12 {
+            m.demand(id, i, 1);
+            m.admit(id, i, (i % 2) as usize, 1);
+        }
+        // A late request of window 0 after window 1 began still counts.
+        m.demand(id, MIN + 5, 1);
+        m.demand(id, 5, 1);
+        m.admit(id, 5, 0, 1);
+        m.finish();
+        let rc = &m.rules[0];
+        assert_eq!(rc.contested, vec![1.3]);
+        assert_eq!(rc.excess, 3);
+        assert_eq!(rc.over_admitted, 3);
+        assert_eq!(rc.windows, 2);
+        let h = m.truths[id].history.as_ref().expect("kept");
+        assert_eq!(h[0].per_region, vec![7, 6]);
+        assert_eq!(rc.late, 0);
+    }
+}

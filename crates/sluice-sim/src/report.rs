@@ -1,0 +1,631 @@
+//! The measures of a run, and their renderings: a table for people, JSON and CSV for
+//! tools, and the per-window series behind the plots.
+//!
+//! Everything here is a pure function of the run's counters: no wall clock, no map order, no
+//! float formatting that varies by platform, so the same run renders to the same bytes.
+
+use crate::engine::{GossipCounters, HealTrack};
+use crate::metrics::{Metrics, Truth, measure_window};
+use crate::scenario::{BusyOn, Scenario, Shippers};
+use serde::Serialize;
+use sluice_core::Micros;
+use sluice_core::rules::Scope;
+use sluice_core::time::{MILLI, SECOND};
+use std::fmt::Write as _;
+
+/// The measures of one rule.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RuleReport {
+    /// Rule id.
+    pub id: String,
+    /// `global` or `region`.
+    pub scope: String,
+    /// Algorithm name.
+    pub algorithm: String,
+    /// What an exact limiter admits per measurement window (limit, or burst + rate × period).
+    pub allowed_per_window: u64,
+    /// Measurement window, seconds.
+    pub window_s: f64,
+    /// Counters seen (keys; × regions for region rules).
+    pub counters: usize,
+    /// Complete measurement windows with traffic.
+    pub windows: usize,
+    /// Of those, windows whose demand reached the allowance (where overshoot can happen).
+    pub contested_windows: usize,
+    /// Largest admitted / allowed over the measured windows (contested ones when any).
+    pub overshoot_max: f64,
+    /// 99th percentile of the same.
+    pub overshoot_p99: f64,
+    /// Mean of the same.
+    pub overshoot_mean: f64,
+    /// Units admitted beyond the allowance, summed over windows.
+    pub excess_units: u64,
+    /// Units asked for.
+    pub demand: u64,
+    /// Units admitted.
+    pub admitted: u64,
+    /// Requests this rule refused.
+    pub denied: u64,
+    /// Refusals while the exact global limiter had room.
+    pub false_rejections: u64,
+    /// False rejections per request that reached the rule, percent.
+    pub false_rejection_pct: f64,
+    /// Units admitted while the exact limiter had no room.
+    pub over_admitted: u64,
+}
+
+/// Gossip measures.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct GossipReport {
+    /// Bytes sent per second, all regions (estimated protobuf, per receiving daemon).
+    pub bytes_per_s: f64,
+    /// Per region, in region order.
+    pub bytes_per_s_by_region: Vec<f64>,
+    /// Messages sent.
+    pub messages: u64,
+    /// Entries shipped (per shipment, not per receiver).
+    pub entries: u64,
+    /// Most entries in one shipment.
+    pub max_entries_per_shipment: u64,
+    /// Busy figures deferred by the budget, summed over intervals.
+    pub deferred: u64,
+    /// Messages lost at random.
+    pub lost: u64,
+    /// Messages dropped by partitions.
+    pub cut: u64,
+    /// Most remote slots any daemon held.
+    pub max_remote_slots: usize,
+}
+
+/// Convergence after one heal.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HealReport {
+    /// When the partition healed, s.
+    pub at_s: f64,
+    /// Seconds until every daemon's view held every busy count of the heal instant.
+    pub converged_after_s: Option<f64>,
+    /// Keys that had something to learn.
+    pub keys: usize,
+    /// Needs that ended with their window before being met.
+    pub moot: usize,
+}
+
+/// Admitted per window for one busy counter, for windows.csv and the plot.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Series {
+    /// Rule id.
+    pub rule: String,
+    /// Store key.
+    pub key: String,
+    /// Region of a region-scope counter.
+    pub region: Option<String>,
+    /// The allowance per window.
+    pub allowed: u64,
+    /// (window start s, admitted, demand, admitted per region).
+    pub windows: Vec<(f64, u64, u64, Vec<u64>)>,
+}
+
+/// Everything a run measured.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// What it answers.
+    pub description: String,
+    /// The seed.
+    pub seed: u64,
+    /// Region names.
+    pub regions: Vec<String>,
+    /// Daemons per region.
+    pub daemons_per_region: usize,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// Ship interval at the start, ms.
+    pub ship_interval_ms: f64,
+    /// Threshold override at the start (fraction), if any.
+    pub share_threshold: Option<f64>,
+    /// Who ships.
+    pub shippers: Shippers,
+    /// What the threshold is judged on.
+    pub busy_on: BusyOn,
+    /// Requests decided.
+    pub requests: u64,
+    /// Admitted.
+    pub admitted: u64,
+    /// Refused.
+    pub denied: u64,
+    /// Answered UNAVAILABLE.
+    pub unavailable: u64,
+    /// Lost in flight with a region.
+    pub failed_in_flight: u64,
+    /// Store calls per decided request.
+    pub store_calls_per_request: f64,
+    /// Store calls that failed.
+    pub store_failures: u64,
+    /// Rule verdicts from a daemon's local bucket.
+    pub local_answers: u64,
+    /// Store calls lost in failovers.
+    pub lost_writes: u64,
+    /// Gossip.
+    pub gossip: GossipReport,
+    /// One per heal.
+    pub heals: Vec<HealReport>,
+    /// One per rule, in rule order.
+    pub rules: Vec<RuleReport>,
+    /// Busiest counters' windows.
+    pub series: Vec<Series>,
+}
+
+fn secs(us: Micros) -> f64 {
+    us as f64 / SECOND as f64
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Nearest-rank percentile from bins of 0.001.
+fn bin_percentile(bins: &[u32], total: usize, p: f64) -> f64 {
+    let rank = ((p / 100.0) * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0u64;
+    for (i, b) in bins.iter().enumerate() {
+        seen += u64::from(*b);
+        if seen >= rank {
+            return i as f64 / 1000.0;
+        }
+    }
+    0.0
+}
+
+fn rule_report(sc: &Scenario, m: &Metrics, i: usize) -> RuleReport {
+    let rule = &sc.domain().rules[i];
+    let c = &m.rules[i];
+    let (start, end, allowed) = measure_window(&rule.params, sc.warmup);
+    let counters = m.truths.iter().filter(|t| t.rule == i).count();
+    let (max, p99, mean) = if c.contested.is_empty() {
+        // No window reached its allowance: figures over every window with traffic, from
+        // bins of 0.001.
+        let mean = if c.windows == 0 {
+            0.0
+        } else {
+            c.ratio_sum / c.windows as f64
+        };
+        (
+            c.ratio_max,
+            bin_percentile(&c.ratio_bins, c.windows, 99.0),
+            mean,
+        )
+    } else {
+        let mut v = c.contested.clone();
+        v.sort_by(f64::total_cmp);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        (v.last().copied().unwrap_or(0.0), percentile(&v, 99.0), mean)
+    };
+    RuleReport {
+        id: rule.id.to_string(),
+        scope: match rule.scope {
+            Scope::Global => "global",
+            Scope::Region => "region",
+        }
+        .into(),
+        algorithm: rule.params.kind().name().into(),
+        allowed_per_window: allowed,
+        window_s: secs(end - start),
+        counters,
+        windows: c.windows,
+        contested_windows: c.contested.len(),
+        overshoot_max: max,
+        overshoot_p99: p99,
+        overshoot_mean: mean,
+        excess_units: c.excess,
+        demand: c.demand,
+        admitted: c.admitted,
+        denied: c.denied,
+        false_rejections: c.false_rejections,
+        false_rejection_pct: if c.demand == 0 {
+            0.0
+        } else {
+            100.0 * c.false_rejections as f64 / c.demand as f64
+        },
+        over_admitted: c.over_admitted,
+    }
+}
+
+fn series(sc: &Scenario, t: &Truth) -> Series {
+    Series {
+        rule: sc.domain().rules[t.rule].id.to_string(),
+        key: t.key.clone(),
+        region: t.region.map(|r| sc.regions[r].clone()),
+        allowed: t.allowed,
+        windows: t
+            .history
+            .iter()
+            .flatten()
+            .map(|w| (secs(w.start), w.admitted, w.demand, w.per_region.clone()))
+            .collect(),
+    }
+}
+
+/// Builds the report of a finished run.
+pub fn build(
+    sc: &Scenario,
+    seed: u64,
+    m: &Metrics,
+    g: &GossipCounters,
+    heals: &[HealTrack],
+) -> Report {
+    let dur = secs(sc.duration).max(1e-9);
+    let rules = (0..sc.domain().rules.len())
+        .map(|i| rule_report(sc, m, i))
+        .collect();
+    let mut series_out = Vec::new();
+    for i in 0..sc.domain().rules.len() {
+        let mut ts: Vec<&Truth> = m
+            .truths
+            .iter()
+            .filter(|t| t.rule == i && t.history.is_some())
+            .collect();
+        // Busiest first; ties by key so the choice is stable.
+        ts.sort_by(|a, b| b.demand.cmp(&a.demand).then_with(|| a.key.cmp(&b.key)));
+        for t in ts.into_iter().take(sc.plot_keys) {
+            series_out.push(series(sc, t));
+        }
+    }
+    Report {
+        scenario: sc.name.clone(),
+        description: sc.description.clone(),
+        seed,
+        regions: sc.regions.clone(),
+        daemons_per_region: sc.daemons,
+        duration_s: secs(sc.duration),
+        ship_interval_ms: sc.gossip.interval as f64 / MILLI as f64,
+        share_threshold: sc.gossip.threshold_pct.map(|p| f64::from(p) / 100.0),
+        shippers: sc.gossip.shippers,
+        busy_on: sc.gossip.busy_on,
+        requests: m.requests,
+        admitted: m.admitted,
+        denied: m.denied,
+        unavailable: m.unavailable,
+        failed_in_flight: m.failed_in_flight,
+        store_calls_per_request: if m.requests == 0 {
+            0.0
+        } else {
+            m.store_calls as f64 / m.requests as f64
+        },
+        store_failures: m.store_failures,
+        local_answers: m.local_answers,
+        lost_writes: m.lost_writes,
+        gossip: GossipReport {
+            bytes_per_s: g.bytes as f64 / dur,
+            bytes_per_s_by_region: g.bytes_by_region.iter().map(|b| *b as f64 / dur).collect(),
+            messages: g.messages,
+            entries: g.entries,
+            max_entries_per_shipment: g.max_batch,
+            deferred: g.deferred,
+            lost: g.lost,
+            cut: g.cut,
+            max_remote_slots: g.max_remote_slots,
+        },
+        heals: heals
+            .iter()
+            .map(|h| HealReport {
+                at_s: secs(h.at),
+                converged_after_s: h.done.map(|d| secs(d - h.at)),
+                keys: h.keys,
+                moot: h.moot,
+            })
+            .collect(),
+        rules,
+        series: series_out,
+    }
+}
+
+/// `1234567` → `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn pad(cells: &[Vec<String>]) -> String {
+    let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            cells
+                .iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in cells {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let w = widths[c];
+            if c == 0 {
+                let _ = write!(line, "{cell:<w$}");
+            } else {
+                let _ = write!(line, "  {cell:>w$}");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn window_label(s: f64) -> String {
+    if s >= 3600.0 && (s % 3600.0) == 0.0 {
+        format!("{}h", s / 3600.0)
+    } else if s >= 60.0 && (s % 60.0) == 0.0 {
+        format!("{}m", s / 60.0)
+    } else {
+        format!("{}s", trim(s, 3))
+    }
+}
+
+/// A number with at most `d` decimals, trailing zeros dropped.
+pub fn trim(v: f64, d: usize) -> String {
+    let s = format!("{v:.d$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+fn rule_rows(rules: &[RuleReport]) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "rule",
+            "scope",
+            "algorithm",
+            "allowed/window",
+            "windows",
+            "contested",
+            "overshoot max",
+            "p99",
+            "mean",
+            "excess",
+            "over-admitted",
+            "false rej",
+            "admitted",
+            "denied",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    ];
+    for r in rules {
+        rows.push(vec![
+            r.id.clone(),
+            r.scope.clone(),
+            r.algorithm.clone(),
+            format!(
+                "{}/{}",
+                thousands(r.allowed_per_window),
+                window_label(r.window_s)
+            ),
+            r.windows.to_string(),
+            r.contested_windows.to_string(),
+            format!("{:.3}", r.overshoot_max),
+            format!("{:.3}", r.overshoot_p99),
+            format!("{:.3}", r.overshoot_mean),
+            thousands(r.excess_units),
+            thousands(r.over_admitted),
+            format!(
+                "{} ({:.2}%)",
+                thousands(r.false_rejections),
+                r.false_rejection_pct
+            ),
+            thousands(r.admitted),
+            thousands(r.denied),
+        ]);
+    }
+    rows
+}
+
+/// The human table.
+pub fn table(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "sluice-sim: {}", r.scenario);
+    for line in r.description.lines() {
+        let _ = writeln!(out, "  {}", line.trim_end());
+    }
+    let _ = writeln!(
+        out,
+        "seed {} · {} regions × {} daemon{} · {} s simulated · {} requests · ship interval {} ms · threshold {}",
+        r.seed,
+        r.regions.len(),
+        r.daemons_per_region,
+        if r.daemons_per_region == 1 { "" } else { "s" },
+        trim(r.duration_s, 3),
+        thousands(r.requests),
+        trim(r.ship_interval_ms, 3),
+        r.share_threshold
+            .map_or("per rule".to_string(), |t| format!(
+                "{}%",
+                trim(t * 100.0, 1)
+            )),
+    );
+    out.push('\n');
+    out.push_str(&pad(&rule_rows(&r.rules)));
+    out.push('\n');
+    let g = &r.gossip;
+    let by_region: Vec<String> = r
+        .regions
+        .iter()
+        .zip(&g.bytes_per_s_by_region)
+        .map(|(n, b)| format!("{n} {}", thousands(b.round() as u64)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "gossip: {} B/s sent ({}) · {} messages · {} entries shipped · {} deferred · {} lost · {} cut by partitions · ≤ {} remote slots per daemon",
+        thousands(g.bytes_per_s.round() as u64),
+        by_region.join(", "),
+        thousands(g.messages),
+        thousands(g.entries),
+        thousands(g.deferred),
+        thousands(g.lost),
+        thousands(g.cut),
+        g.max_remote_slots,
+    );
+    let _ = writeln!(
+        out,
+        "store: {:.2} calls/request · {} failed calls · {} local-bucket verdicts · {} calls lost in failovers",
+        r.store_calls_per_request,
+        thousands(r.store_failures),
+        thousands(r.local_answers),
+        thousands(r.lost_writes),
+    );
+    let _ = writeln!(
+        out,
+        "requests: {} admitted · {} denied · {} unavailable · {} lost in flight",
+        thousands(r.admitted),
+        thousands(r.denied),
+        thousands(r.unavailable),
+        thousands(r.failed_in_flight),
+    );
+    for h in &r.heals {
+        match h.converged_after_s {
+            Some(_) if h.keys == 0 => {
+                let _ = writeln!(
+                    out,
+                    "heal at {} s: nothing to converge (no key was busy at the heal)",
+                    trim(h.at_s, 3)
+                );
+            }
+            Some(s) => {
+                let _ = writeln!(
+                    out,
+                    "heal at {} s: converged after {} s ({} busy keys{})",
+                    trim(h.at_s, 3),
+                    trim(s, 3),
+                    h.keys,
+                    if h.moot > 0 {
+                        format!(", {} views overtaken by their window's end", h.moot)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "heal at {} s: not converged by the end of the run ({} busy keys)",
+                    trim(h.at_s, 3),
+                    h.keys
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Header of the per-rule CSV.
+pub const RULES_CSV_HEADER: &str = "rule,scope,algorithm,allowed_per_window,window_s,counters,windows,contested_windows,overshoot_max,overshoot_p99,overshoot_mean,excess_units,demand,admitted,denied,false_rejections,false_rejection_pct,over_admitted";
+
+/// One CSV row of a rule (no newline).
+pub fn rule_csv(r: &RuleReport) -> String {
+    format!(
+        "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{},{:.4},{}",
+        r.id,
+        r.scope,
+        r.algorithm,
+        r.allowed_per_window,
+        trim(r.window_s, 6),
+        r.counters,
+        r.windows,
+        r.contested_windows,
+        r.overshoot_max,
+        r.overshoot_p99,
+        r.overshoot_mean,
+        r.excess_units,
+        r.demand,
+        r.admitted,
+        r.denied,
+        r.false_rejections,
+        r.false_rejection_pct,
+        r.over_admitted,
+    )
+}
+
+/// The per-rule CSV, with run-level columns repeated on each row.
+pub fn summary_csv(r: &Report) -> String {
+    let mut out = format!(
+        "scenario,seed,ship_interval_ms,{RULES_CSV_HEADER},gossip_bytes_per_s,gossip_deferred,store_calls_per_request,converged_after_s\n"
+    );
+    let conv = r
+        .heals
+        .iter()
+        .filter_map(|h| h.converged_after_s)
+        .fold(None, |a: Option<f64>, s| Some(a.map_or(s, |a| a.max(s))));
+    for rule in &r.rules {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{:.1},{},{:.4},{}",
+            r.scenario,
+            r.seed,
+            trim(r.ship_interval_ms, 3),
+            rule_csv(rule),
+            r.gossip.bytes_per_s,
+            r.gossip.deferred,
+            r.store_calls_per_request,
+            conv.map_or(String::new(), |c| trim(c, 6)),
+        );
+    }
+    out
+}
+
+/// Admitted per window of the busiest counters.
+pub fn windows_csv(r: &Report) -> String {
+    let mut out = String::from("rule,key,region,window_start_s,allowed,demand,admitted");
+    for reg in &r.regions {
+        let _ = write!(out, ",admitted_{reg}");
+    }
+    out.push('\n');
+    for s in &r.series {
+        for (start, admitted, demand, per) in &s.windows {
+            let _ = write!(
+                out,
+                "{},\"{}\",{},{},{},{},{}",
+                s.rule,
+                s.key.replace('"', "\"\""),
+                s.region.as_deref().unwrap_or(""),
+                trim(*start, 6),
+                s.allowed,
+                demand,
+                admitted
+            );
+            for p in per {
+                let _ = write!(out, ",{p}");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The report as JSON (without the series, which windows.csv carries).
+pub fn json(r: &Report) -> String {
+    let mut v = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("series");
+    }
+    let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+    s.push('\n');
+    s
+}

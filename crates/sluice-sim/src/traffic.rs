@@ -1,0 +1,259 @@
+//! Traffic generators: when requests arrive, which region they enter and which key they
+//! carry.
+//!
+//! A generator's rate is piecewise constant (its steps, its spike windows, its start and
+//! end), so arrivals are drawn exactly: a Poisson process consumes an exponential amount of
+//! "rate × time" per arrival, a constant one consumes exactly 1, carried across the pieces.
+
+use crate::fx::FxMap;
+use crate::rng::{Rng, Zipf};
+use crate::scenario::{Arrivals, Keys, Traffic};
+use sluice_core::Micros;
+use sluice_core::matching::Descriptors;
+
+const US: f64 = 1_000_000.0;
+
+/// One traffic generator's running state.
+pub struct Generator {
+    /// Its configuration.
+    pub cfg: Traffic,
+    rng: Rng,
+    zipf: Option<Zipf>,
+    /// Continuous position, µs (arrivals are its floor).
+    pos: f64,
+    rr: usize,
+    descriptors: FxMap<u32, Descriptors>,
+}
+
+impl Generator {
+    /// A generator with its own random stream.
+    pub fn new(cfg: Traffic, rng: Rng) -> Generator {
+        let zipf = match &cfg.keys {
+            Keys::Zipf(n, s, _) => Some(Zipf::new(*n, *s)),
+            _ => None,
+        };
+        Generator {
+            pos: cfg.start as f64,
+            cfg,
+            rng,
+            zipf,
+            rr: 0,
+            descriptors: FxMap::default(),
+        }
+    }
+
+    /// Requests per second at `t` (steps, spike, start and end applied).
+    pub fn rate_at(&self, t: f64) -> f64 {
+        if t < self.cfg.start as f64 || t >= self.cfg.end as f64 {
+            return 0.0;
+        }
+        let mut r = self.cfg.rate;
+        for (at, rate) in &self.cfg.steps {
+            if (*at as f64) <= t {
+                r = *rate;
+            }
+        }
+        if let Some(s) = self.cfg.spike
+            && (t % s.period as f64) < s.first as f64
+        {
+            r *= s.factor;
+        }
+        r
+    }
+
+    /// The next instant after `t` where the rate may change.
+    fn next_change(&self, t: f64) -> f64 {
+        let mut next = self.cfg.end as f64;
+        if t < self.cfg.start as f64 {
+            next = next.min(self.cfg.start as f64);
+        }
+        for (at, _) in &self.cfg.steps {
+            let at = *at as f64;
+            if at > t {
+                next = next.min(at);
+            }
+        }
+        if let Some(s) = self.cfg.spike {
+            let period = s.period as f64;
+            let base = t - t % period;
+            let b = if t - base < s.first as f64 {
+                base + s.first as f64
+            } else {
+                base + period
+            };
+            next = next.min(if b > t { b } else { t + 1.0 });
+        }
+        next
+    }
+
+    /// The next arrival time, or `None` when the generator is done.
+    pub fn next_arrival(&mut self) -> Option<Micros> {
+        let mut need = match self.cfg.arrivals {
+            Arrivals::Poisson => self.rng.exp1(),
+            Arrivals::Constant => 1.0,
+        };
+        let end = self.cfg.end as f64;
+        let mut t = self.pos;
+        loop {
+            if t >= end {
+                self.pos = end;
+                return None;
+            }
+            let r = self.rate_at(t);
+            let seg_end = self.next_change(t).min(end);
+            if r > 0.0 {
+                let dt = need / r * US;
+                if t + dt < seg_end {
+                    self.pos = t + dt;
+                    return Some(self.pos as Micros);
+                }
+                need -= r * (seg_end - t) / US;
+            }
+            t = seg_end;
+        }
+    }
+
+    /// The regions the traffic enters at `t` (its moves applied).
+    pub fn regions_at(&self, t: Micros) -> &[usize] {
+        let mut regs = &self.cfg.regions;
+        for (at, r) in &self.cfg.moves {
+            if *at <= t {
+                regs = r;
+            }
+        }
+        regs
+    }
+
+    /// Picks the region of an arrival at `t` among those up: the generator's own regions,
+    /// or when all of them are down, any region that is up (its traffic moves to the
+    /// survivors). `None` when every region is down.
+    pub fn pick_region(&mut self, t: Micros, up: &[bool]) -> Option<usize> {
+        let own: Vec<usize> = self
+            .regions_at(t)
+            .iter()
+            .copied()
+            .filter(|r| up[*r])
+            .collect();
+        let cands: Vec<usize> = if own.is_empty() {
+            (0..up.len()).filter(|r| up[*r]).collect()
+        } else {
+            own
+        };
+        if cands.is_empty() {
+            return None;
+        }
+        let i = match self.cfg.arrivals {
+            Arrivals::Poisson => self.rng.below(cands.len()),
+            Arrivals::Constant => {
+                self.rr = self.rr.wrapping_add(1);
+                self.rr % cands.len()
+            }
+        };
+        Some(cands[i])
+    }
+
+    /// Picks a daemon of a region with `n` daemons.
+    pub fn pick_daemon(&mut self, n: usize) -> usize {
+        if n == 1 { 0 } else { self.rng.below(n) }
+    }
+
+    /// Picks a key index.
+    pub fn pick_key(&mut self) -> usize {
+        match (&self.cfg.keys, &self.zipf) {
+            (_, Some(z)) => z.sample(&mut self.rng),
+            (Keys::Uniform(n, _), _) => self.rng.below(*n),
+            _ => 0,
+        }
+    }
+
+    /// The descriptors of key `i` (built once per key).
+    pub fn descriptors(&mut self, i: usize) -> &Descriptors {
+        let cfg = &self.cfg;
+        self.descriptors.entry(i as u32).or_insert_with(|| {
+            let mut d = cfg.descriptors.clone();
+            d.push((cfg.key_field.clone(), cfg.keys.value(i)));
+            // Checked at load with the longest key value: valid.
+            Descriptors::new(d).unwrap_or_default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Spike;
+    use sluice_core::time::SECOND;
+
+    fn cfg(rate: f64, arrivals: Arrivals) -> Traffic {
+        Traffic {
+            name: "t".into(),
+            regions: vec![0, 1],
+            rate,
+            arrivals,
+            keys: Keys::One("k".into()),
+            key_field: "api_key".into(),
+            descriptors: vec![],
+            cost: 1,
+            start: 0,
+            end: 100 * SECOND,
+            spike: None,
+            steps: vec![],
+            moves: vec![],
+        }
+    }
+
+    fn count(g: &mut Generator, from: Micros, to: Micros) -> usize {
+        let mut n = 0;
+        while let Some(t) = g.next_arrival() {
+            if t >= from && t < to {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn constant_and_poisson_rates() {
+        let mut g = Generator::new(cfg(10.0, Arrivals::Constant), Rng::stream(1, 1));
+        assert_eq!(count(&mut g, 0, 100 * SECOND), 999);
+        let mut g = Generator::new(cfg(10.0, Arrivals::Poisson), Rng::stream(1, 1));
+        let n = count(&mut g, 0, 100 * SECOND) as f64;
+        assert!((n - 1000.0).abs() < 100.0, "{n}");
+    }
+
+    #[test]
+    fn spikes_and_steps_shape_the_rate() {
+        let mut c = cfg(10.0, Arrivals::Constant);
+        c.spike = Some(Spike {
+            factor: 10.0,
+            first: 10 * SECOND,
+            period: 50 * SECOND,
+        });
+        c.steps = vec![(60 * SECOND, 0.0)];
+        let mut g = Generator::new(c, Rng::stream(1, 1));
+        let mut spike = 0;
+        let mut calm = 0;
+        while let Some(t) = g.next_arrival() {
+            match t / SECOND {
+                0..10 => spike += 1,
+                10..50 => calm += 1,
+                50..60 => spike += 1,
+                _ => panic!("traffic after the step to 0 at {t}"),
+            }
+        }
+        // 2 × 10 s at 100/s, 40 s at 10/s.
+        assert!((spike as i64 - 2000).abs() <= 2, "{spike}");
+        assert!((calm as i64 - 400).abs() <= 2, "{calm}");
+    }
+
+    #[test]
+    fn traffic_moves_and_fails_over() {
+        let mut c = cfg(1.0, Arrivals::Constant);
+        c.moves = vec![(10 * SECOND, vec![1])];
+        let mut g = Generator::new(c, Rng::stream(1, 1));
+        assert_eq!(g.pick_region(20 * SECOND, &[true, true]), Some(1));
+        // Its region is down: it moves to a survivor.
+        assert_eq!(g.pick_region(20 * SECOND, &[true, false]), Some(0));
+        assert_eq!(g.pick_region(20 * SECOND, &[false, false]), None);
+    }
+}

@@ -1,0 +1,259 @@
+//! The shipped scenarios run, say what they are meant to show, and the simulator is
+//! deterministic: same scenario, same seed, same bytes.
+
+use sluice_sim::report::{self, Report};
+use sluice_sim::{Scenario, load, run, svg};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn path(name: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../simulations");
+    root.join(name).to_string_lossy().into_owned()
+}
+
+fn scenario(name: &str, params: &[(&str, &str)]) -> Scenario {
+    let params: Vec<(String, String)> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    match load(&path(name), &params) {
+        Ok(s) => s,
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+fn sim(name: &str, params: &[(&str, &str)]) -> (Scenario, Report) {
+    let sc = scenario(name, params);
+    let r = run(&sc, sc.seed, &mut |_| {});
+    (sc, r)
+}
+
+fn rule<'r>(r: &'r Report, id: &str) -> &'r report::RuleReport {
+    r.rules
+        .iter()
+        .find(|x| x.id == id)
+        .unwrap_or_else(|| panic!("no rule {id}"))
+}
+
+/// Everything a run renders.
+fn render(sc: &Scenario, r: &Report) -> String {
+    [
+        report::table(r),
+        report::json(r),
+        report::summary_csv(r),
+        report::windows_csv(r),
+        svg::admitted_plot(r, sc),
+    ]
+    .concat()
+}
+
+#[test]
+fn same_scenario_and_seed_give_identical_output() {
+    let (sc, a) = sim("region-failure.toml", &[("duration_s", "300")]);
+    let b = run(&sc, sc.seed, &mut |_| {});
+    assert_eq!(render(&sc, &a), render(&sc, &b));
+    let c = run(&sc, sc.seed + 1, &mut |_| {});
+    assert_ne!(report::table(&a), report::table(&c), "the seed matters");
+    assert!(report::table(&a).contains(&format!("seed {}", sc.seed)));
+}
+
+#[test]
+fn the_cli_output_is_byte_identical_across_runs() {
+    let exe = env!("CARGO_BIN_EXE_sluice-sim");
+    let tmp = std::env::temp_dir().join(format!("sluice-sim-det-{}", std::process::id()));
+    let mut outputs = Vec::new();
+    for i in 0..2 {
+        let dir = tmp.join(i.to_string());
+        let out = Command::new(exe)
+            .args(["run", &path("partition.toml"), "--seed", "9", "--out"])
+            .arg(&dir)
+            .args(["--set", "duration_s=240"])
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut files = vec![
+            String::from_utf8_lossy(&out.stdout).replace(&dir.to_string_lossy().to_string(), "DIR"),
+        ];
+        for f in ["summary.csv", "windows.csv", "report.json", "admitted.svg"] {
+            files.push(std::fs::read_to_string(dir.join(f)).expect("written"));
+        }
+        outputs.push(files);
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    assert!(outputs[0][0].contains("seed 9"));
+    assert!(outputs[0][4].starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn bad_scenarios_are_refused_with_the_field_named() {
+    let exe = env!("CARGO_BIN_EXE_sluice-sim");
+    let tmp = std::env::temp_dir().join(format!("sluice-sim-bad-{}.toml", std::process::id()));
+    let good = std::fs::read_to_string(path("blind-spot.toml")).expect("readable");
+    for (bad, field) in [
+        (
+            good.replace(
+                "[gossip]\n",
+                "[gossip]\ndelay_ms = { dist = \"fixed\", value = -20 }\n",
+            ),
+            "gossip.delay_ms.value",
+        ),
+        (
+            good.replace(
+                "regions = [\"us-east\", \"eu-west\", \"ap-south\"]",
+                "regions = []",
+            ),
+            "regions",
+        ),
+        (good.replace("limit = 1000", "limit = -3"), "limit"),
+        (
+            good.replace("share_threshold = 0.1", "share_treshold = 0.1"),
+            "share_treshold",
+        ),
+    ] {
+        std::fs::write(&tmp, bad).expect("write");
+        let out = Command::new(exe)
+            .arg("run")
+            .arg(&tmp)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "accepted a bad file ({field})");
+        assert!(err.contains(field), "{field} not named in: {err}");
+        assert!(out.stdout.is_empty(), "nothing simulated");
+    }
+    let _ = std::fs::remove_file(&tmp);
+}
+
+#[test]
+fn overshoot_grows_with_the_ship_interval() {
+    let at = |ms: &str| {
+        let (_, r) = sim(
+            "ship-interval.toml",
+            &[("ship_interval_ms", ms), ("duration_s", "300")],
+        );
+        rule(&r, "per-minute-fixed").overshoot_max
+    };
+    let fast = at("100");
+    let slow = at("5000");
+    assert!(fast < 1.02, "100 ms: {fast}");
+    assert!(slow > fast + 0.05, "5 s: {slow} vs 100 ms: {fast}");
+}
+
+#[test]
+fn the_blind_spot_is_used_and_stays_within_its_bound() {
+    let (_, r) = sim("blind-spot.toml", &[("duration_s", "300")]);
+    let g = rule(&r, "global-per-minute");
+    // Bound: (regions - 1) x threshold x limit = 200 on top of 1,000.
+    assert!(g.overshoot_max > 1.12, "{}", g.overshoot_max);
+    assert!(g.overshoot_max <= 1.2 + 0.01, "{}", g.overshoot_max);
+    // Judging the threshold on the count a decision saw closes it.
+    let (_, r) = sim(
+        "blind-spot.toml",
+        &[("duration_s", "300"), ("busy_on", "seen_count")],
+    );
+    assert!(rule(&r, "global-per-minute").overshoot_max < 1.02);
+}
+
+#[test]
+fn a_partition_doubles_the_limit_and_heals() {
+    let (_, r) = sim("partition.toml", &[]);
+    let g = rule(&r, "global-per-minute");
+    // Two sides, each admitting the whole limit.
+    assert!(
+        g.overshoot_max > 1.8 && g.overshoot_max < 2.1,
+        "{}",
+        g.overshoot_max
+    );
+    assert!(r.gossip.cut > 0);
+    let heal = &r.heals[0];
+    assert!(heal.keys > 0);
+    let after = heal.converged_after_s.expect("converges");
+    // Static counts are re-shipped after `resend_after` (5 s by default).
+    assert!(after > 0.0 && after < 6.0, "{after}");
+    assert_eq!(g.false_rejections, 0);
+}
+
+#[test]
+fn a_region_failure_moves_traffic_and_a_failover_loses_writes() {
+    let (_, r) = sim("region-failure.toml", &[]);
+    assert!(r.lost_writes > 0, "the failover lost the replica's lag");
+    assert!(
+        r.local_answers > 0,
+        "local buckets answered during the outage"
+    );
+    assert!(r.store_failures > 0);
+    // ap-south is down between 150 s and 400 s: it sends nothing then.
+    let g = rule(&r, "global-per-minute");
+    assert!(g.overshoot_max < 1.15, "{}", g.overshoot_max);
+    let hot = &r.series[0];
+    let ap = r
+        .regions
+        .iter()
+        .position(|x| x == "ap-south")
+        .expect("region");
+    for (start, _, _, per) in &hot.windows {
+        if *start >= 180.0 && *start < 360.0 {
+            assert_eq!(per[ap], 0, "ap-south admitted while down at {start}");
+        }
+    }
+}
+
+#[test]
+fn a_spike_costs_more_overshoot_than_steady_traffic() {
+    let (_, r) = sim("spike.toml", &[]);
+    let spiky = rule(&r, "hourly-spiky");
+    let steady = rule(&r, "hourly-steady");
+    assert!(
+        spiky.excess_units > 3 * steady.excess_units.max(1),
+        "{} vs {}",
+        spiky.excess_units,
+        steady.excess_units
+    );
+}
+
+#[test]
+fn a_moving_client_gets_a_second_burst() {
+    let (_, moving) = sim("client-moves.toml", &[]);
+    let (_, staying) = sim("client-moves.toml", &[("traffic.0.moves", "[]")]);
+    let m = rule(&moving, "global-bucket").over_admitted;
+    assert!(m >= 300, "{m}");
+    assert_eq!(rule(&staying, "global-bucket").over_admitted, 0);
+}
+
+#[test]
+fn the_scale_scenario_loads_and_runs_shortened() {
+    let (_, r) = sim(
+        "scale.toml",
+        &[
+            ("duration_s", "3"),
+            ("measure.warmup_s", "0"),
+            ("traffic.0.rate_per_s", "2000"),
+        ],
+    );
+    assert!(r.requests > 5_000);
+    assert!((r.store_calls_per_request - 1.0).abs() < 1e-9);
+    assert!(r.gossip.messages > 0);
+}
+
+#[test]
+fn daemons_elsewhere_do_not_grow_what_a_daemon_holds() {
+    let run_with = |daemons: &str| {
+        let (_, r) = sim(
+            "ship-interval.toml",
+            &[("daemons", daemons), ("duration_s", "180")],
+        );
+        r.gossip
+    };
+    let one = run_with("1");
+    let six = run_with("6");
+    // 2 keys × 2 other regions × at most 2 windows, however many daemons ship.
+    assert!(one.max_remote_slots <= 8, "{}", one.max_remote_slots);
+    assert!(six.max_remote_slots <= 8, "{}", six.max_remote_slots);
+    // What grows with daemons is the traffic: every daemon ships to every daemon.
+    assert!(six.messages > 10 * one.messages);
+}
