@@ -55,6 +55,24 @@ pub struct Config {
     pub rules: PathBuf,
     /// How often the rules file is checked for changes.
     pub rules_poll_ms: u64,
+    /// PostgreSQL URL: rules come from the control plane instead of `rules`
+    /// (docs/control-plane.md).
+    pub postgres: Option<String>,
+    /// Separate URL for `LISTEN`, when `postgres` goes through a transaction pooler.
+    pub postgres_listen: Option<String>,
+    /// With `postgres`: pull interval, seconds; the bound on staleness when a notification
+    /// is lost.
+    pub poll_s: u64,
+    /// With `postgres`: the last loaded rules on disk, served by a restart while PostgreSQL
+    /// is down.
+    pub rules_cache: Option<PathBuf>,
+    /// Admin API address (default 127.0.0.1:8082 with `postgres`; not served otherwise
+    /// unless set).
+    pub admin_addr: Option<SocketAddr>,
+    /// Admin token for changes (else `SLUICE_ADMIN_TOKEN`).
+    pub admin_token: Option<crate::control::Secret>,
+    /// Token for reads (else `SLUICE_READ_TOKEN`).
+    pub read_token: Option<crate::control::Secret>,
     /// Counter store.
     pub store: StoreConfig,
     /// Deadline of one store call, ms (the hot path's budget; no retries).
@@ -94,6 +112,13 @@ impl Default for Config {
             daemon_id: None,
             rules: PathBuf::from("deploy/rules.yaml"),
             rules_poll_ms: 1000,
+            postgres: None,
+            postgres_listen: None,
+            poll_s: 30,
+            rules_cache: None,
+            admin_addr: None,
+            admin_token: None,
+            read_token: None,
             store: StoreConfig::default(),
             store_timeout_ms: 3,
             store_connect_timeout_ms: 100,
@@ -125,6 +150,10 @@ impl Config {
         anyhow::ensure!(
             self.rules_poll_ms > 0,
             "rules_poll_ms must be greater than zero"
+        );
+        anyhow::ensure!(
+            (1..=3600).contains(&self.poll_s),
+            "poll_s must be 1 to 3600"
         );
         anyhow::ensure!(
             (1..=60_000).contains(&self.store_timeout_ms),

@@ -13,9 +13,11 @@
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
 //! - [`metrics`]: Prometheus text exposition.
+//! - [`control`]: the rule source (YAML file or PostgreSQL) and the admin API.
 //! - [`regions`]: gossip with the other regions (the delta shipper and the merge layer).
 
 pub mod config;
+pub mod control;
 pub mod engine;
 pub mod envoy;
 pub mod grpc;
@@ -27,7 +29,6 @@ pub mod regions;
 use anyhow::Context as _;
 use config::{Config, StoreConfig};
 use engine::Engine;
-use sluice_control::Published;
 use sluice_store::{MemoryStore, Store};
 use std::future::Future;
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub struct Listeners {
     pub http: TcpListener,
     /// gRPC.
     pub grpc: TcpListener,
+    /// Admin API (`None` when not served: the file source without `admin_addr`).
+    pub admin: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -51,7 +54,8 @@ impl Listeners {
         let grpc = TcpListener::bind(cfg.grpc_addr)
             .await
             .with_context(|| format!("binding gRPC on {}", cfg.grpc_addr))?;
-        Ok(Listeners { http, grpc })
+        let admin = control::bind_admin(cfg).await?;
+        Ok(Listeners { http, grpc, admin })
     }
 }
 
@@ -85,17 +89,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     cfg.validate()?;
-    let set = sluice_control::file::load(&cfg.rules)?;
-    tracing::info!(rules = set.rule_count(), domains = set.domains.len(), path = %cfg.rules.display(), "rules loaded");
-    let published = Published::new(set);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-
-    let watcher = tokio::spawn(sluice_control::file::watch(
-        cfg.rules.clone(),
-        published.clone(),
-        Duration::from_millis(cfg.rules_poll_ms),
-        stop_rx.clone(),
-    ));
+    // Rules: PostgreSQL with `postgres`, else the YAML file (control.rs).
+    let rules = control::start_rules(&cfg, stop_rx.clone()).await?;
+    let published = rules.published.clone();
 
     let (store, memory) = build_store(&cfg).await?;
     tracing::info!(store = store.kind(), "counter store ready");
@@ -197,6 +194,9 @@ pub async fn run(
                 .await
         })
     };
+    let admin = listeners
+        .admin
+        .map(|l| control::spawn_admin(&cfg, l, &rules, stop_rx.clone()));
     tracing::info!(%http_addr, %grpc_addr, region = %cfg.region, daemon = %cfg.daemon_id(), "sluiced serving");
 
     shutdown.await;
@@ -215,7 +215,10 @@ pub async fn run(
             "drain timed out; closing remaining connections"
         ),
     }
-    let _ = watcher.await;
+    let _ = rules.task.await;
+    if let Some(a) = admin {
+        let _ = tokio::time::timeout(Duration::from_millis(cfg.drain_timeout_ms), a).await;
+    }
     let _ = sweeper.await;
     let _ = replayer.await;
     if let Some(r) = &regions {

@@ -27,6 +27,21 @@ struct Args {
     /// Daemon id (default region-pid).
     #[arg(long)]
     daemon_id: Option<String>,
+    /// Rules from this PostgreSQL instead of the file (`postgres://user@host:5432/db`).
+    #[arg(long, env = "SLUICE_POSTGRES", hide_env_values = true)]
+    postgres: Option<String>,
+    /// Separate PostgreSQL URL for LISTEN (when --postgres goes through a pooler).
+    #[arg(long)]
+    postgres_listen: Option<String>,
+    /// With --postgres: pull interval, seconds (default 30).
+    #[arg(long)]
+    poll_s: Option<u64>,
+    /// With --postgres: disk copy of the last rules, for a restart while PostgreSQL is down.
+    #[arg(long)]
+    rules_cache: Option<PathBuf>,
+    /// Admin API address (default 127.0.0.1:8082 with --postgres).
+    #[arg(long)]
+    admin_addr: Option<SocketAddr>,
     /// Count in this Redis (`redis://host:port/`) instead of in memory.
     #[arg(long, conflicts_with = "redis_cluster")]
     redis: Option<String>,
@@ -81,6 +96,21 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(d) = &args.daemon_id {
         cfg.daemon_id = Some(d.clone());
+    }
+    if let Some(p) = &args.postgres {
+        cfg.postgres = Some(p.clone());
+    }
+    if let Some(p) = &args.postgres_listen {
+        cfg.postgres_listen = Some(p.clone());
+    }
+    if let Some(s) = args.poll_s {
+        cfg.poll_s = s;
+    }
+    if let Some(c) = &args.rules_cache {
+        cfg.rules_cache = Some(c.clone());
+    }
+    if let Some(a) = args.admin_addr {
+        cfg.admin_addr = Some(a);
     }
     if let Some(url) = &args.redis {
         cfg.store = sluiced::config::StoreConfig::Redis { url: url.clone() };

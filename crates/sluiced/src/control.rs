@@ -1,0 +1,150 @@
+//! The control plane as the daemon wires it: which rule source runs (PostgreSQL with
+//! `--postgres`, else the YAML file), and the admin API on its own listener. The work is in
+//! sluice-control; this module only chooses and starts it, so `run` stays readable.
+
+use crate::config::Config;
+use anyhow::Context as _;
+use sluice_control::Published;
+use sluice_control::admin::{AdminConfig, AdminState};
+use sluice_control::postgres::{PgConfig, PgSource};
+use sluice_control::store::Store;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A token from the config file. `Debug` never shows it, so a logged config leaks nothing.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The admin API's default address when rules come from PostgreSQL.
+pub const DEFAULT_ADMIN_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8082);
+
+/// The running rule source.
+pub struct Rules {
+    /// The live set the engine reads.
+    pub published: Arc<Published>,
+    /// Keeps it current; ends on stop.
+    pub task: JoinHandle<()>,
+    store: Option<Arc<Store>>,
+}
+
+/// Where the admin API listens: `admin_addr` if set; with PostgreSQL, 127.0.0.1:8082 by
+/// default; with the file source, nowhere unless asked (so several file-backed daemons on one
+/// host do not fight over a port they do not need).
+pub fn admin_addr(cfg: &Config) -> Option<SocketAddr> {
+    cfg.admin_addr
+        .or_else(|| cfg.postgres.is_some().then_some(DEFAULT_ADMIN_ADDR))
+}
+
+/// The tokens: from the config, else `SLUICE_ADMIN_TOKEN` / `SLUICE_READ_TOKEN`.
+pub fn admin_auth(cfg: &Config) -> AdminConfig {
+    AdminConfig {
+        admin_token: cfg.admin_token.as_ref().map(|s| s.0.clone()),
+        read_token: cfg.read_token.as_ref().map(|s| s.0.clone()),
+    }
+    .or_env()
+}
+
+/// Binds the admin listener, refusing a token-less API on a non-loopback address first.
+pub async fn bind_admin(cfg: &Config) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = admin_addr(cfg) else {
+        return Ok(None);
+    };
+    sluice_control::admin::check_exposure(addr, &admin_auth(cfg))?;
+    let l = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the admin API on {addr}"))?;
+    Ok(Some(l))
+}
+
+/// This daemon's id in the status table: the configured one, else host name and HTTP port
+/// (stable across restarts, distinct for several daemons on one host).
+fn status_id(cfg: &Config) -> String {
+    cfg.daemon_id.clone().unwrap_or_else(|| {
+        format!(
+            "{}:{}",
+            sluice_control::postgres::default_daemon_id(),
+            cfg.http_addr.port()
+        )
+    })
+}
+
+/// Starts the configured rule source and publishes its first set.
+pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::Result<Rules> {
+    let Some(url) = &cfg.postgres else {
+        let set = sluice_control::file::load(&cfg.rules)?;
+        tracing::info!(rules = set.rule_count(), domains = set.domains.len(), path = %cfg.rules.display(), "rules loaded");
+        let published = Published::new(set);
+        let task = tokio::spawn(sluice_control::file::watch(
+            cfg.rules.clone(),
+            published.clone(),
+            Duration::from_millis(cfg.rules_poll_ms),
+            stop,
+        ));
+        return Ok(Rules {
+            published,
+            task,
+            store: None,
+        });
+    };
+    let mut pg = PgConfig::new(url.clone(), status_id(cfg), cfg.region.clone());
+    pg.listen_url = cfg.postgres_listen.clone();
+    pg.poll = Duration::from_secs(cfg.poll_s);
+    pg.cache = cfg.rules_cache.clone();
+    if pg.cache.is_none() {
+        tracing::warn!(
+            "no rules_cache (--rules-cache): a restart while PostgreSQL is down will have no rules to serve"
+        );
+    }
+    let source = PgSource::start(pg).await?;
+    let set = source.published().load();
+    tracing::info!(
+        version = set.version,
+        rules = set.rule_count(),
+        domains = set.domains.len(),
+        from_cache = source.from_cache(),
+        "rules loaded from the control plane"
+    );
+    let published = source.published();
+    let task = source.spawn(stop);
+    let store = Arc::new(Store::new(url)?);
+    Ok(Rules {
+        published,
+        task,
+        store: Some(store),
+    })
+}
+
+/// Serves the admin API on `listener` until `stop`: read-write over PostgreSQL, read-only
+/// over the file source.
+pub fn spawn_admin(
+    cfg: &Config,
+    listener: TcpListener,
+    rules: &Rules,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let auth = admin_auth(cfg);
+    let state = match &rules.store {
+        Some(store) => AdminState::postgres(store.clone(), auth),
+        None => AdminState::read_only(rules.published.clone(), auth),
+    };
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.changed().await;
+        };
+        if let Err(e) = sluice_control::admin::serve_admin(listener, state, shutdown).await {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    })
+}
