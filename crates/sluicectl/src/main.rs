@@ -308,6 +308,8 @@ impl Ctx {
                     if let Some(ps) = v["error"]["problems"].as_array() {
                         for p in ps {
                             match p.as_str() {
+                                // Already in the message: don't say it twice.
+                                Some(s) if m.contains(s) => {}
                                 Some(s) => m.push_str(&format!("\n  - {s}")),
                                 None => m.push_str(&format!(
                                     "\n  - {}: {}: {}",
