@@ -363,7 +363,8 @@ local function sw_take(it, st, now, cost)
 end
 
 ---------------------------------------------------------------------------------------------
--- sliding_log: a sorted set, one member per admitted unit, score = admission time
+-- sliding_log: a sorted set, one member per admitted unit (the newest `limit` at most),
+-- score = admission time, member "<µs>.<seq>" (see sl_member)
 
 -- Live entries are those with t + window > now, i.e. score > now - window.
 local function sl_load(key, ki, now, window)
@@ -371,15 +372,29 @@ local function sl_load(key, ki, now, window)
     if e then return nil, e end
     local cutoff = '(' .. fmt(now - window)
     local n = redis.call('ZCOUNT', key, cutoff, '+inf')
-    local last = nil
+    local last, last_seq = nil, nil
     if n > 0 then
+        -- The newest entry; among equal times the greatest sequence number (see sl_member).
         local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
         last = uint(r[2])
         if last == nil then
             return nil, corrupt(ki, 'sliding log score ' .. tostring(r[2]) .. ' is not a time')
         end
+        last_seq = uint(string.match(r[1], '^%d+%.%d(%d+)$'))
+        if last_seq == nil then
+            return nil, corrupt(ki, 'sliding log member ' .. string.format('%q', r[1]) .. ' is not "<µs>.<seq>"')
+        end
     end
-    return { n = n, last = last, cutoff = cutoff, key = key, ki = ki }, nil
+    return { n = n, last = last, last_seq = last_seq, cutoff = cutoff, key = key, ki = ki }, nil
+end
+
+-- Members must be unique: "<at>.<seq>", seq counting up among the entries at one time and
+-- written with its digit count first ("10", "11", ..., "210") so that Redis's order among
+-- equal scores (by member) is the order of arrival, and trimming the oldest by rank trims
+-- the first arrived.
+local function sl_member(at, seq)
+    local d = fmt(seq)
+    return fmt(at) .. '.' .. #d .. d
 end
 
 local function sl_evaluate(it, st, now, cost)
@@ -418,7 +433,7 @@ local function sl_evaluate(it, st, now, cost)
 end
 
 local function sl_take(it, st, now, cost)
-    local window = it.p2
+    local limit, window = it.p1, it.p2
     local key = it.key
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - window))
     -- Timestamps stay ascending even if a daemon's clock is behind another's.
@@ -426,17 +441,25 @@ local function sl_take(it, st, now, cost)
     if st.last ~= nil and st.last > now then
         at = st.last
     end
-    -- Members must be unique: "<at>.<seq>", seq counting the entries already at `at` (only the
-    -- newest entries can share it, and entries leave by whole timestamps).
-    local seq = redis.call('ZCOUNT', key, fmt(at), fmt(at))
+    local seq = 0
+    if st.last ~= nil and st.last == at then
+        seq = st.last_seq + 1
+    end
+    -- Only the newest `limit` entries can ever decide (see sliding_log.rs): append at most
+    -- `limit` and drop the oldest beyond it, so a charged refusal of a huge cost stays bounded.
+    local added = math.min(cost, limit)
     local args = {}
-    for i = 0, cost - 1 do
+    for i = 0, added - 1 do
         args[#args + 1] = fmt(at)
-        args[#args + 1] = fmt(at) .. '.' .. fmt(seq + i)
-        if #args >= 200 or i == cost - 1 then
+        args[#args + 1] = sl_member(at, seq + i)
+        if #args >= 200 or i == added - 1 then
             redis.call('ZADD', key, unpack(args))
             args = {}
         end
+    end
+    local excess = redis.call('ZCARD', key) - limit
+    if excess > 0 then
+        redis.call('ZREMRANGEBYRANK', key, 0, excess - 1)
     end
     redis.call('PEXPIRE', key, pexpire_ms(at + window - now))
 end

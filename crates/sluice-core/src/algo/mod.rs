@@ -255,7 +255,7 @@ pub fn take(params: &Params, state: Option<&State>, req: &Request<'_>) -> (State
         Params::Gcra { rate_per_s, burst } => gcra::take(*rate_per_s, *burst, state, req),
         Params::FixedWindow { limit: _, window } => fixed_window::take(window, state, req),
         Params::SlidingWindow { limit: _, window } => sliding_window::take(*window, state, req),
-        Params::SlidingLog { limit: _, window } => sliding_log::take(*window, state, req),
+        Params::SlidingLog { limit, window } => sliding_log::take(*limit, *window, state, req),
         Params::Concurrency { limit: _, timeout } => concurrency::take(*timeout, state, req),
     }
 }

@@ -51,12 +51,26 @@ pub(super) fn evaluate(
     }
 }
 
-pub(super) fn take(window: Micros, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
+pub(super) fn take(
+    limit: u64,
+    window: Micros,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> (State, Micros) {
     let now = req.now;
     let mut entries = live(window, state, now).to_vec();
     // Timestamps stay ascending even if a daemon's clock is behind another's.
     let at = entries.last().map_or(now, |&last| last.max(now));
-    entries.extend(std::iter::repeat_n(at, req.cost as usize));
+    // Only the newest `limit` entries can ever decide: a request fits once the oldest
+    // (n + cost - limit) live entries age out, which is the (cost)-th oldest of the newest
+    // `limit`. Keeping no more bounds the log (a charged refusal of cost 10^9 would otherwise
+    // append 10^9 entries) and changes no decision; only `usage` then reads `limit` at most.
+    let keep = usize::try_from(limit).unwrap_or(usize::MAX);
+    let added = usize::try_from(req.cost).unwrap_or(usize::MAX).min(keep);
+    entries.extend(std::iter::repeat_n(at, added));
+    if entries.len() > keep {
+        entries.drain(..entries.len() - keep);
+    }
     let ttl = entries.last().map_or(0, |&last| last + window - now);
     (State::SlidingLog { entries }, ttl)
 }
@@ -84,5 +98,33 @@ mod tests {
         assert!(!o.allowed);
         assert_eq!(o.retry_after, 1);
         assert!(evaluate(&p, Some(&s), &r(1_000)).allowed);
+    }
+
+    #[test]
+    fn a_charged_refusal_keeps_the_log_bounded_and_decides_the_same() {
+        let p = Params::SlidingLog {
+            limit: 3,
+            window: 1_000,
+        };
+        let r = |now, cost| Request {
+            now,
+            cost,
+            request_id: "",
+            remote: Remote::default(),
+        };
+        let (s, _) = take(&p, None, &r(0, 2));
+        // A refused request of cost 10^9 that is charged anyway.
+        let (s, ttl) = take(&p, Some(&s), &r(10, 1_000_000_000));
+        assert_eq!(
+            s,
+            State::SlidingLog {
+                entries: vec![10, 10, 10]
+            }
+        );
+        assert_eq!(ttl, 1_000);
+        let o = evaluate(&p, Some(&s), &r(20, 1));
+        assert!(!o.allowed);
+        assert_eq!((o.remaining, o.retry_after, o.reset), (0, 990, 990));
+        assert!(evaluate(&p, Some(&s), &r(1_010, 3)).allowed);
     }
 }
