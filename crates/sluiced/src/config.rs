@@ -197,6 +197,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shipped_example_config_is_valid() {
+        let text = include_str!("../../../deploy/sluiced.example.yaml");
+        let c = Config::from_yaml(text).expect("deploy/sluiced.example.yaml is valid");
+        assert_eq!(c.store, StoreConfig::Redis { url: "redis://127.0.0.1:6379/".into() });
+    }
+
+    #[test]
     fn parses_and_refuses() {
         let c = Config::from_yaml("region: eu\nstore: { kind: memory, max_keys: 10 }\n")
             .expect("valid");
