@@ -102,6 +102,12 @@ macro_rules! suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn huge_charged_refusal_on_a_log() {
+                let f = $fixture().await;
+                cases::huge_charged_refusal_on_a_log(&*f.store, "").await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn identities_are_isolated() {
                 let f = $fixture().await;
                 cases::identities_are_isolated(&*f.store, "").await;

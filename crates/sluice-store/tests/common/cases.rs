@@ -343,3 +343,30 @@ pub async fn identities_are_isolated(store: &dyn Store, p: &str) {
         );
     }
 }
+
+/// A charged refusal of a huge cost on a sliding log stays bounded (no billion entries, no
+/// endless script) and blocks the log for one window, as a charge past the limit should.
+pub async fn huge_charged_refusal_on_a_log(store: &dyn Store, p: &str) {
+    let key = format!("sl:{{{p}hugelog}}:sl");
+    let mut it = item(
+        &key,
+        Params::SlidingLog {
+            limit: 5,
+            window: SECOND,
+        },
+    );
+    it.charge_rejected = true;
+    let started = std::time::Instant::now();
+    let r = check(store, &call(T0, 1_000_000_000, "r", vec![it.clone()])).await;
+    assert!(!r.allowed);
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    let r = check(store, &call(T0 + 1, 1, "r", vec![it.clone()])).await;
+    assert!(!r.allowed);
+    assert_eq!(r.outcomes[0].retry_after, SECOND - 1);
+    assert_eq!(r.outcomes[0].usage, 5);
+    assert!(
+        check(store, &call(T0 + SECOND, 1, "r", vec![it]))
+            .await
+            .allowed
+    );
+}
