@@ -284,10 +284,9 @@ impl PgSource {
                 .unwrap_or_else(|_| Err(DbError::Unavailable("connect timed out".into())));
                 match attempt {
                     Ok(c) => {
-                        if backoff.failures > 0 {
-                            tracing::info!("rules puller reconnected to PostgreSQL");
-                        }
-                        backoff.reset();
+                        // The backoff is reset by a successful pull, not by a connect: a
+                        // server that accepts connections but fails every query must not be
+                        // hammered.
                         migrated = true;
                         client = Some(c);
                         need_sync = true;
@@ -305,6 +304,10 @@ impl PgSource {
             if need_sync {
                 match tokio::time::timeout(Duration::from_secs(30), self.sync(c)).await {
                     Ok(Ok(changed)) => {
+                        if backoff.failures > 0 {
+                            tracing::info!("rules puller back in touch with PostgreSQL");
+                        }
+                        backoff.reset();
                         need_sync = false;
                         next_poll = Instant::now() + self.cfg.poll;
                         if changed {
@@ -312,13 +315,20 @@ impl PgSource {
                         }
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "pulling rule changes failed; reconnecting");
                         client = None;
+                        backoff.failed(&e, "pulling rule changes");
+                        if sleep_or_shutdown(backoff.delay(), &mut shutdown).await {
+                            return;
+                        }
                         continue;
                     }
                     Err(_) => {
-                        tracing::warn!("pulling rule changes timed out; reconnecting");
                         client = None;
+                        let e = DbError::Unavailable("pull timed out".into());
+                        backoff.failed(&e, "pulling rule changes");
+                        if sleep_or_shutdown(backoff.delay(), &mut shutdown).await {
+                            return;
+                        }
                         continue;
                     }
                 }
@@ -328,13 +338,21 @@ impl PgSource {
                 match reported {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) if e.is_retryable() => {
-                        tracing::warn!(error = %e, "reporting status failed; reconnecting");
                         client = None;
+                        backoff.failed(&e, "reporting status");
+                        if sleep_or_shutdown(backoff.delay(), &mut shutdown).await {
+                            return;
+                        }
                         continue;
                     }
                     Ok(Err(e)) => tracing::warn!(error = %e, "reporting status failed"),
                     Err(_) => {
                         client = None;
+                        let e = DbError::Unavailable("status report timed out".into());
+                        backoff.failed(&e, "reporting status");
+                        if sleep_or_shutdown(backoff.delay(), &mut shutdown).await {
+                            return;
+                        }
                         continue;
                     }
                 }
@@ -614,7 +632,7 @@ impl Backoff {
     fn failed(&mut self, e: &DbError, what: &str) {
         self.failures = self.failures.saturating_add(1);
         if self.failures == 1 {
-            tracing::warn!(error = %e, "{what}: PostgreSQL connection failed; retrying with backoff");
+            tracing::warn!(error = %e, "{what}: PostgreSQL failed; retrying with backoff");
         } else {
             tracing::debug!(error = %e, attempt = self.failures, "{what}: still failing");
         }

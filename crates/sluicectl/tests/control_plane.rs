@@ -491,3 +491,89 @@ fn a_daemon_restarted_while_postgres_is_down_serves_its_cache_and_catches_up() -
     }
     Ok(())
 }
+
+#[test]
+fn migrate_is_idempotent_and_check_sends_one_check() -> Result<()> {
+    let pg = Postgres::throwaway()?;
+    let unused: SocketAddr = ([127, 0, 0, 1], free_ports(1)[0]).into();
+    let out = ctl_ok(unused, &["migrate", "--postgres", &pg.url()])?;
+    assert!(out.contains("applied migration 1"), "{out}");
+    let out = ctl_ok(unused, &["migrate", "--postgres", &pg.url()])?;
+    assert!(out.contains("schema up to date (version 1)"), "{out}");
+
+    let dir = temp_dir("check")?;
+    let d = spawn(&Opts {
+        id: "check",
+        url: pg.url(),
+        listen_url: None,
+        poll_s: 30,
+        cache: dir.join("cache.json"),
+    })?;
+    let file = write_rules(&dir, "rules.yaml", &RULES.replace("limit: 100", "limit: 1"))?;
+    ctl_ok(d.admin, &["apply", "-f", &file, "--force"])?;
+    wait_all(&[d.http], 1, Duration::from_secs(1))?;
+    let server = format!("http://{}", d.http);
+    let args = [
+        "check",
+        "--check-server",
+        server.as_str(),
+        "--domain",
+        "public-api",
+        "route=POST /v1/login",
+        "ip=9.9.9.9",
+    ];
+    let first = ctl_ok(d.admin, &args)?;
+    assert!(first.starts_with("ALLOWED OK"), "{first}");
+    assert!(first.contains("login"), "{first}");
+    let second = ctl_ok(d.admin, &args)?;
+    assert!(
+        second.starts_with("DENIED OVER_LIMIT  decided_by=login"),
+        "{second}"
+    );
+    // The daemon's own error, as it wrote it.
+    let (ok, _, err) = ctl(
+        d.admin,
+        &[
+            "check",
+            "--check-server",
+            server.as_str(),
+            "--domain",
+            "public-api",
+            "=x",
+        ],
+    )?;
+    assert!(!ok);
+    assert!(err.contains("400"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn without_a_token_the_daemon_refuses_a_public_admin_address() -> Result<()> {
+    let pg = Postgres::throwaway()?;
+    let ports = free_ports(3);
+    let http = format!("127.0.0.1:{}", ports[0]);
+    let grpc = format!("127.0.0.1:{}", ports[1]);
+    let admin = format!("0.0.0.0:{}", ports[2]);
+    let mut cmd = std::process::Command::new(cargo_bin("sluiced")?);
+    cmd.args([
+        "--postgres",
+        &pg.url(),
+        "--http-addr",
+        &http,
+        "--grpc-addr",
+        &grpc,
+    ])
+    .args(["--admin-addr", &admin])
+    .env_remove("SLUICE_ADMIN_TOKEN")
+    .env_remove("SLUICE_READ_TOKEN");
+    let mut d = Daemon::from_command(cmd)?;
+    let status = d.wait(Duration::from_secs(30))?;
+    assert!(!status.success());
+    assert!(
+        d.stderr()
+            .contains("refusing to serve the admin API on 0.0.0.0"),
+        "{}",
+        d.logs()
+    );
+    Ok(())
+}
