@@ -15,6 +15,7 @@ use sluice_sim::{Progress, Scenario, svg};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -362,10 +363,19 @@ fn pad(cells: &[Vec<String>]) -> String {
     out
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match &cli.cmd {
+    let result = match &cli.cmd {
         Cmd::Run(c) => cmd_run(c),
         Cmd::Sweep { common, param } => cmd_sweep(common, param),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The message and its causes, without a backtrace: a bad scenario is the user's
+            // to fix, not a bug.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

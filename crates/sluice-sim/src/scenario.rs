@@ -22,12 +22,12 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {reason}")]
     Read {
         /// The path.
         path: String,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message, so not also a `source`).
+        reason: std::io::Error,
     },
     /// Not valid TOML, an unknown field, a missing field or a wrong type (the message names
     /// the field and shows the line).
@@ -720,9 +720,9 @@ pub const MAX_KEYS: u64 = 10_000_000;
 
 /// Reads, overrides and checks a scenario file.
 pub fn load(path: &str, params: &[(String, String)]) -> Result<Scenario, ScenarioError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+    let text = std::fs::read_to_string(path).map_err(|reason| ScenarioError::Read {
         path: path.to_string(),
-        source,
+        reason,
     })?;
     parse(&text, params)
 }
