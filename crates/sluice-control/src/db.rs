@@ -115,7 +115,16 @@ impl From<tokio_postgres::Error> for DbError {
     fn from(e: tokio_postgres::Error) -> DbError {
         let msg = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => e.to_string(),
+            None => {
+                // tokio-postgres keeps the useful part ("Connection refused") in the source.
+                let mut m = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    m.push_str(&format!(": {s}"));
+                    src = s.source();
+                }
+                m
+            }
         };
         match e.code().map(|c| c.code()) {
             // No SQLSTATE: an I/O or protocol error, the connection is gone.
@@ -143,6 +152,13 @@ pub fn config(url: &str, connect_timeout: Duration, app: &str) -> Result<Config,
     let mut cfg: Config = url
         .parse()
         .map_err(|e: tokio_postgres::Error| DbError::BadUrl(e.to_string()))?;
+    if cfg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+        return Err(DbError::BadUrl(
+            "sslmode=require: this build connects to PostgreSQL without TLS; use a private \
+             network (or sslmode=prefer/disable) — see docs/control-plane.md"
+                .into(),
+        ));
+    }
     if cfg.get_connect_timeout().is_none() {
         cfg.connect_timeout(connect_timeout);
     }

@@ -307,16 +307,18 @@ impl Ctx {
                     );
                     if let Some(ps) = v["error"]["problems"].as_array() {
                         for p in ps {
-                            match p.as_str() {
-                                // Already in the message: don't say it twice.
-                                Some(s) if m.contains(s) => {}
-                                Some(s) => m.push_str(&format!("\n  - {s}")),
-                                None => m.push_str(&format!(
-                                    "\n  - {}: {}: {}",
+                            let line = match p.as_str() {
+                                Some(s) => s.to_string(),
+                                None => format!(
+                                    "{}: {}: {}",
                                     output::short(&p["at"]),
                                     output::short(&p["field"]),
                                     output::short(&p["message"])
-                                )),
+                                ),
+                            };
+                            // One line per problem, unless the message already says it all.
+                            if ps.len() > 1 || !m.contains(&line) {
+                                m.push_str(&format!("\n  - {line}"));
                             }
                         }
                     }
