@@ -29,6 +29,13 @@ rules:
     limit: 2
     window: 1m
     headers: retry_only
+  - id: trial
+    match: { route: "GET /v1/trial" }
+    key: [api_key]
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+    mode: shadow
 "#;
 
 fn start(rules: &str) -> Running {
@@ -267,4 +274,33 @@ fn grpc_check_metrics_and_sigterm() {
         .expect("exits on SIGTERM");
     assert!(status.success(), "{status:?}");
     assert!(r.daemon.logs().contains("stopped"));
+}
+
+#[test]
+fn shadow_rules_record_would_be_refusals_and_never_refuse() {
+    let mut r = start(RULES);
+    let body = json!({"domain": "public-api", "descriptors": {"route": "GET /v1/trial", "api_key": "sh1"}});
+    let first = check(r.http, &body).1;
+    assert_eq!(first["shadow_denied"], json!([]));
+    for _ in 0..2 {
+        let (_, v) = check(r.http, &body);
+        assert_eq!(v["allowed"], true, "shadow never refuses");
+        assert_eq!(v["shadow_denied"], json!(["trial"]));
+        assert!(v["headers"].get("Retry-After").is_none());
+    }
+    r.daemon
+        .wait_log_contains("shadow rule would have refused", Duration::from_secs(5))
+        .expect("decision log line");
+    let logs = r.daemon.logs();
+    assert!(
+        logs.contains("public-api|api_key=sh1"),
+        "the identity is logged: {logs}"
+    );
+    let m = sluice_testkit::http_get(r.http, "/metrics")
+        .expect("metrics")
+        .text();
+    assert!(
+        m.contains("sluice_decisions_total{rule=\"trial\",outcome=\"shadow_denied\"} 2"),
+        "{m}"
+    );
 }

@@ -264,6 +264,9 @@ impl Engine {
         };
         let decision = p.decide(rules.version, &answers);
         self.count(&decision);
+        if !decision.shadow_denied.is_empty() {
+            log_shadow(&p, &answers);
+        }
         if let Some(u) = &self.usage {
             u.observe(&p, &answers, now);
         }
@@ -307,7 +310,6 @@ impl Engine {
                 .rule(id)
                 .shadow_denied
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(target: "sluice::shadow", rule = %id, "shadow rule would have refused");
         }
     }
 
@@ -371,6 +373,29 @@ fn journal_outage(
                     window: window.clone(),
                     key: item.key.clone(),
                 });
+            }
+        }
+    }
+}
+
+/// The decision log of shadow rules: one structured line per would-be refusal (rule,
+/// identity, the wait it would have imposed), for an operator deciding whether to enforce.
+fn log_shadow(p: &sluice_core::decision::Plan<'_>, answers: &[Answer]) {
+    for (pc, ans) in p.calls.iter().zip(answers) {
+        let Answer::Done(r) = ans else { continue };
+        for (k, &ri) in pc.rules.iter().enumerate() {
+            let a = &p.applied[ri];
+            if a.rule.mode != sluice_core::rules::Mode::Shadow {
+                continue;
+            }
+            if let Some(o) = r.outcomes.get(k).filter(|o| !o.allowed) {
+                tracing::info!(
+                    target: "sluice::shadow",
+                    rule = %a.rule.id,
+                    identity = %a.identity,
+                    would_retry_after_ms = sluice_core::time::ceil_millis(o.retry_after),
+                    "shadow rule would have refused"
+                );
             }
         }
     }
