@@ -200,7 +200,12 @@ mod tests {
     fn the_shipped_example_config_is_valid() {
         let text = include_str!("../../../deploy/sluiced.example.yaml");
         let c = Config::from_yaml(text).expect("deploy/sluiced.example.yaml is valid");
-        assert_eq!(c.store, StoreConfig::Redis { url: "redis://127.0.0.1:6379/".into() });
+        assert_eq!(
+            c.store,
+            StoreConfig::Redis {
+                url: "redis://127.0.0.1:6379/".into()
+            }
+        );
     }
 
     #[test]
