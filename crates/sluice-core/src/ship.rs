@@ -225,6 +225,16 @@ impl LocalUsage {
         batch
     }
 
+    /// Forgets what was shipped: every busy figure goes again at the next
+    /// [`LocalUsage::select`]. Call it when a peer region comes back (a healed partition, a
+    /// region restarting with empty tables): it may have missed figures that no longer
+    /// change, which would otherwise reach it only after `resend_after`.
+    pub fn resend_all(&mut self) {
+        for t in self.keys.values_mut().flatten() {
+            t.shipped = None;
+        }
+    }
+
     /// `(key, window)` figures held.
     pub fn len(&self) -> usize {
         self.keys.values().map(Vec::len).sum()
@@ -365,6 +375,19 @@ mod tests {
         assert_eq!(u.select(10, &budget).entries.len(), 1);
         assert!(u.select(SECOND, &budget).entries.is_empty());
         assert_eq!(u.select(SECOND + 10, &budget).entries.len(), 1);
+    }
+
+    #[test]
+    fn resend_all_ships_unchanged_busy_figures_again() {
+        let mut u = LocalUsage::new();
+        u.observe("busy", &fixed(100), 10, 1, 50, 50);
+        u.observe("quiet", &fixed(100), 10, 1, 5, 5);
+        assert_eq!(u.select(2, &unbounded()).entries.len(), 1);
+        assert!(u.select(3, &unbounded()).entries.is_empty());
+        u.resend_all();
+        let b = u.select(4, &unbounded());
+        assert_eq!(b.entries.len(), 1);
+        assert_eq!(b.entries[0].key, "busy");
     }
 
     #[test]

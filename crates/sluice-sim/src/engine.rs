@@ -830,6 +830,22 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// A peer region is back: every shipping daemon of the other regions that are up sends
+    /// all its busy figures at its next shipment (when the scenario says so).
+    fn resend_all(&mut self, except: Option<usize>) {
+        if !self.sc.gossip.resend_on_rejoin {
+            return;
+        }
+        for (i, region) in self.regions.iter_mut().enumerate() {
+            if !region.up || Some(i) == except {
+                continue;
+            }
+            for d in &mut region.daemons {
+                d.usage.resend_all();
+            }
+        }
+    }
+
     fn scenario_event(&mut self, i: usize) {
         let now = self.now;
         let sc = self.sc;
@@ -858,6 +874,7 @@ impl<'a> Sim<'a> {
                     }
                 }
                 self.start_daemons(*r);
+                self.resend_all(Some(*r));
             }
             Event::Partition(groups) => {
                 let n = groups.len();
@@ -871,6 +888,7 @@ impl<'a> Sim<'a> {
                 for row in &mut self.cut {
                     row.fill(false);
                 }
+                self.resend_all(None);
                 self.track_heal();
             }
             Event::StoreFailover(r, outage) => {

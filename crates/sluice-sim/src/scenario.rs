@@ -213,6 +213,9 @@ pub struct GossipFile {
     /// Re-ship an unchanged busy figure after this long (0 = never).
     #[serde(default = "default_resend")]
     pub resend_after_ms: f64,
+    /// Re-ship every busy figure when a peer region comes back (heal, region up).
+    #[serde(default = "default_true")]
+    pub resend_on_rejoin: bool,
     /// `every_daemon` or `one_per_region`.
     #[serde(default = "default_shippers")]
     pub shippers: Shippers,
@@ -241,6 +244,7 @@ impl Default for GossipFile {
             budget_bytes: default_budget(),
             max_entries: None,
             resend_after_ms: default_resend(),
+            resend_on_rejoin: true,
             shippers: default_shippers(),
             busy_on: default_busy_on(),
             delay_ms: default_delay(),
@@ -256,6 +260,9 @@ fn default_interval() -> f64 {
 }
 fn default_budget() -> u64 {
     60_000
+}
+fn default_true() -> bool {
+    true
 }
 fn default_resend() -> f64 {
     5000.0
@@ -560,6 +567,8 @@ pub struct GossipCfg {
     pub threshold_pct: Option<u8>,
     /// What one interval may carry.
     pub budget: Budget,
+    /// Re-ship everything busy when a peer region comes back.
+    pub resend_on_rejoin: bool,
     /// Who ships.
     pub shippers: Shippers,
     /// What the threshold is judged on.
@@ -749,6 +758,7 @@ pub const PARAM_ALIASES: &[(&str, &str)] = &[
     ("loss", "gossip.loss"),
     ("shippers", "gossip.shippers"),
     ("busy_on", "gossip.busy_on"),
+    ("resend_on_rejoin", "gossip.resend_on_rejoin"),
     ("daemons", "daemons_per_region"),
 ];
 
@@ -1020,6 +1030,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
         interval,
         threshold_pct: threshold,
         budget,
+        resend_on_rejoin: g.resend_on_rejoin,
         shippers: g.shippers,
         busy_on: g.busy_on,
         links,
