@@ -45,6 +45,8 @@ pub fn json(plan: &Plan, o: &Outcome) -> Value {
         "unsent": o.unsent,
         "latency_us": lat,
         "first_error": o.first_error,
+        "client_cpu_s": o.client_cpu.map(|(cpu, _)| (cpu * 100.0).round() / 100.0),
+        "client_cpu_share": o.client_cpu.map(|(cpu, wall)| ((cpu / wall.max(1e-9)) * 100.0).round() / 100.0),
     })
 }
 
@@ -78,6 +80,12 @@ pub fn text(plan: &Plan, o: &Outcome) -> String {
         "  latency us   p50 {}  p90 {}  p99 {}  p99.9 {}  max {}\n",
         l["p50"], l["p90"], l["p99"], l["p999"], l["max"]
     );
+    if let Some((cpu, wall)) = o.client_cpu {
+        s += &format!(
+            "  client CPU   {cpu:.1} s over {wall:.1} s ({:.2} cores)\n",
+            cpu / wall.max(1e-9)
+        );
+    }
     if let Some(e) = &o.first_error {
         s += &format!("  first error  {e}\n");
     }

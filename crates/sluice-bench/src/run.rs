@@ -123,6 +123,17 @@ impl Shared {
     }
 }
 
+/// CPU seconds (user + system, all threads) this process has used, from /proc (Linux);
+/// `None` elsewhere. Tells whether a run was limited by the load generator itself.
+pub fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on every Linux platform Rust targets.
+    Some(ticks as f64 / 100.0)
+}
+
 /// What a run measured.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -141,6 +152,10 @@ pub struct Outcome {
     pub latency: Histogram<u64>,
     /// The first error seen, to explain a non-zero count.
     pub first_error: Option<String>,
+    /// CPU seconds the load generator used over the whole run (warm-up included) and the
+    /// run's wall-clock seconds: a share near the threads available means the client was the
+    /// bottleneck, not the server.
+    pub client_cpu: Option<(f64, f64)>,
 }
 
 fn key_string(out: &mut String, prefix: &str, k: u64) {
@@ -203,6 +218,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
         crate::target::Api::Http => Vec::new(),
         _ => channels(plan.shape.addr, plan.connections.clamp(1, plan.concurrency)).await?,
     };
+    let cpu_before = own_cpu_seconds();
     let start = Instant::now();
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -354,6 +370,10 @@ pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
         .map(|h| h.measured.clone())
         .map_err(|_| anyhow::anyhow!("histogram lock poisoned"))?;
     let first_error = shared.first_error.lock().ok().and_then(|f| f.clone());
+    let client_cpu = match (cpu_before, own_cpu_seconds()) {
+        (Some(a), Some(b)) => Some((b - a, start.elapsed().as_secs_f64())),
+        _ => None,
+    };
     Ok(Outcome {
         seconds,
         allowed: shared.measured.allowed.load(Ordering::Relaxed),
@@ -362,6 +382,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
         unsent,
         latency,
         first_error,
+        client_cpu,
     })
 }
 
@@ -395,5 +416,29 @@ async fn progress_lines(shared: Arc<Shared>, start: Instant) {
             p99 as f64 / 1e3,
         );
         last = total;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_cpu_time_is_read_and_only_grows() {
+        let a = own_cpu_seconds().expect("Linux /proc");
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let b = own_cpu_seconds().expect("Linux /proc");
+        assert!(b >= a, "{a} then {b}");
+    }
+
+    #[test]
+    fn keys_are_the_prefix_and_the_number() {
+        let mut s = String::from("old");
+        key_string(&mut s, "u", 42);
+        assert_eq!(s, "u42");
     }
 }
