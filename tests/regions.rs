@@ -1,0 +1,517 @@
+//! Three regions end to end: a real `sluiced` and a real `redis-server` per region, gossiping
+//! on loopback (docs/regions.md).
+//!
+//! - `a_global_limit_holds_across_regions_and_survives_a_region_failure`: one client key at
+//!   3× a 300-per-10-s global limit, spread evenly over the regions for three windows; the
+//!   total admitted per window stays within the documented bound, where a region-scoped rule
+//!   under the same load admits 3×. Then one region's daemon and Redis are killed: the other
+//!   two keep deciding and stay bounded; it comes back, rejoins and converges.
+//! - `global_figures_travel_region_figures_do_not_and_forged_packets_are_counted`: the
+//!   sharing itself, crisply (cost-weighted checks), and every kind of foreign datagram
+//!   (garbage, another cluster, a wrong key, no tag) dropped, counted, and without effect.
+
+use serde_json::{Value, json};
+use sluice_gossip::pack::{Header, pack};
+use sluice_gossip::{FrameCodec, Kind};
+use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports, http_get, http_request};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const CLUSTER: &str = "e2e-regions";
+const KEY: &str = "e2e shared gossip key, 32 bytes!";
+const WINDOW_MS: u64 = 10_000;
+const LIMIT: u64 = 300;
+
+const RULES: &str = r#"
+domain: public-api
+rules:
+  - id: global-10s
+    match: { route: "GET /global" }
+    key: [api_key]
+    algorithm: fixed_window
+    limit: 300
+    window: 10s
+    scope: global
+  - id: region-10s
+    match: { route: "GET /regional" }
+    key: [api_key]
+    algorithm: fixed_window
+    limit: 300
+    window: 10s
+    scope: region
+"#;
+
+/// One region: its Redis and its daemon.
+struct Region {
+    name: &'static str,
+    redis: RedisServer,
+    daemon: Option<Daemon>,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    gossip: SocketAddr,
+}
+
+struct Cluster {
+    regions: Vec<Region>,
+    rules: PathBuf,
+}
+
+fn rules_file(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-regions-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, RULES).expect("write rules");
+    path
+}
+
+fn spawn_daemon(r: &Region, seeds: &[SocketAddr], rules: &Path) -> Daemon {
+    let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)");
+    let mut args: Vec<String> = vec![
+        "--region".into(),
+        r.name.into(),
+        "--daemon-id".into(),
+        format!("{}-1", r.name),
+        "--rules".into(),
+        rules.to_str().expect("utf-8 path").into(),
+        "--redis".into(),
+        r.redis.url(),
+        "--http-addr".into(),
+        r.http.to_string(),
+        "--grpc-addr".into(),
+        r.grpc.to_string(),
+        "--gossip-addr".into(),
+        r.gossip.to_string(),
+        "--cluster-id".into(),
+        CLUSTER.into(),
+        // A loaded 2-core test machine: keep the store's deadline out of the picture.
+        "--store-timeout-ms".into(),
+        "200".into(),
+    ];
+    for s in seeds {
+        args.push("--gossip-seed".into());
+        args.push(s.to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut d = Daemon::spawn(
+        bin,
+        &args,
+        &[("RUST_LOG", "info"), ("SLUICE_GOSSIP_KEY", KEY)],
+    )
+    .expect("spawn sluiced");
+    d.wait_http_ok(r.http, "/healthz", Duration::from_secs(30))
+        .expect("sluiced becomes healthy");
+    d
+}
+
+impl Cluster {
+    fn start(tag: &str) -> Cluster {
+        let rules = rules_file(tag);
+        let mut regions = Vec::new();
+        for name in ["eu", "us", "ap"] {
+            let p = free_ports(3);
+            let gossip = free_ports(1)[0];
+            regions.push(Region {
+                name,
+                redis: RedisServer::start().expect("redis-server starts"),
+                daemon: None,
+                http: ([127, 0, 0, 1], p[0]).into(),
+                grpc: ([127, 0, 0, 1], p[1]).into(),
+                gossip: ([127, 0, 0, 1], gossip).into(),
+            });
+        }
+        let mut c = Cluster { regions, rules };
+        for i in 0..3 {
+            c.spawn(i);
+        }
+        c.wait_members(&[0, 1, 2]);
+        c
+    }
+
+    fn seeds(&self, i: usize) -> Vec<SocketAddr> {
+        (0..self.regions.len())
+            .filter(|j| *j != i)
+            .map(|j| self.regions[j].gossip)
+            .collect()
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let d = spawn_daemon(&self.regions[i], &self.seeds(i), &self.rules);
+        self.regions[i].daemon = Some(d);
+    }
+
+    /// Waits until every listed region sees all of them alive.
+    fn wait_members(&self, live: &[usize]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = live.iter().all(|i| {
+                metric(self.regions[*i].http, "sluice_gossip_live_nodes") >= live.len() as f64
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "membership did not settle: {:?}",
+                live.iter()
+                    .map(|i| metric(self.regions[*i].http, "sluice_gossip_live_nodes"))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A metric's value (`name` or `name{labels}` exactly), 0 when absent.
+fn metric(http: SocketAddr, series: &str) -> f64 {
+    let Ok(r) = http_get(http, "/metrics") else {
+        return 0.0;
+    };
+    r.text()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+fn check(http: SocketAddr, route: &str, key: &str, cost: u64) -> Option<Value> {
+    let body = json!({"domain": "public-api",
+        "descriptors": {"route": route, "api_key": key}, "cost": cost});
+    let r = http_request(
+        http,
+        "POST",
+        "/v1/limits:check",
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .ok()?;
+    (r.status == 200)
+        .then(|| serde_json::from_slice(&r.body).ok())
+        .flatten()
+}
+
+/// One decided request: the window it was sent in, which region, which route, the verdict.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    window: u64,
+    region: usize,
+    global: bool,
+    allowed: bool,
+}
+
+/// Sends `rate` requests a second to `http` on `route` until `stop`, paced on an absolute
+/// schedule, skipping the 30 ms around each window boundary (so client and daemon agree on
+/// the window of every request).
+fn load(
+    http: SocketAddr,
+    region: usize,
+    route: &'static str,
+    key: &'static str,
+    rate: f64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<Sent>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let start = Instant::now();
+        let gap = Duration::from_secs_f64(1.0 / rate);
+        let mut n = 0u32;
+        while !stop.load(Ordering::Relaxed) {
+            let due = start + gap * n;
+            n += 1;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let t = now_ms();
+            let phase = t % WINDOW_MS;
+            if !(15..WINDOW_MS - 15).contains(&phase) {
+                continue;
+            }
+            if let Some(v) = check(http, route, key, 1) {
+                out.push(Sent {
+                    window: t / WINDOW_MS,
+                    region,
+                    global: route == "GET /global",
+                    allowed: v["allowed"] == json!(true),
+                });
+            }
+        }
+        out
+    })
+}
+
+/// Sleeps until `offset_ms` into the next window; returns its index.
+fn align(offset_ms: u64) -> u64 {
+    let t = now_ms();
+    let next = (t / WINDOW_MS + 1) * WINDOW_MS + offset_ms;
+    std::thread::sleep(Duration::from_millis(next - t));
+    next / WINDOW_MS
+}
+
+/// Runs load on `regions` (30/s each on the global route, 35/s each on the regional one)
+/// for `windows` whole windows and returns what was decided, by window.
+fn run_windows(c: &Cluster, regions: &[usize], windows: u64) -> (u64, Vec<Sent>) {
+    let first = align(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for &i in regions {
+        let http = c.regions[i].http;
+        threads.push(load(http, i, "GET /global", "k_global", 30.0, stop.clone()));
+        threads.push(load(
+            http,
+            i,
+            "GET /regional",
+            "k_region",
+            35.0,
+            stop.clone(),
+        ));
+    }
+    let end = (first + windows) * WINDOW_MS;
+    std::thread::sleep(Duration::from_millis(end.saturating_sub(now_ms())));
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().expect("load thread"));
+    }
+    (
+        first,
+        all.into_iter()
+            .filter(|s| s.window >= first && s.window < first + windows)
+            .collect(),
+    )
+}
+
+fn admitted(sent: &[Sent], window: u64, global: bool) -> (u64, u64, [u64; 3]) {
+    let mut by_region = [0u64; 3];
+    let (mut ok, mut offered) = (0, 0);
+    for s in sent
+        .iter()
+        .filter(|s| s.window == window && s.global == global)
+    {
+        offered += 1;
+        if s.allowed {
+            ok += 1;
+            by_region[s.region] += 1;
+        }
+    }
+    (ok, offered, by_region)
+}
+
+/// The documented bound on what a global fixed window admits per window (docs/regions.md):
+/// `limit + Σ over the other regions of max(threshold × limit, rate × (interval + delay))`.
+/// Here: 300 + 2 × max(30, ⌈30/s × 1.05 s⌉) = 364 with three regions, 332 with two. The
+/// simulator (deploy/regions/sim-e2e.toml) predicts at most 338 for three.
+fn bound(regions: u64) -> u64 {
+    let per_region = (30.0f64 * 1.05).max(0.1 * LIMIT as f64).ceil() as u64;
+    LIMIT + (regions - 1) * per_region
+}
+
+#[test]
+fn a_global_limit_holds_across_regions_and_survives_a_region_failure() {
+    let mut c = Cluster::start("load");
+
+    // Three regions, three windows, 3× the limit offered.
+    let (first, sent) = run_windows(&c, &[0, 1, 2], 3);
+    let mut report = Vec::new();
+    for w in first..first + 3 {
+        let (ok, offered, by) = admitted(&sent, w, true);
+        let (reg_ok, reg_offered, _) = admitted(&sent, w, false);
+        report.push(format!(
+            "window {w}: global {ok}/{offered} admitted {by:?}; region-scoped {reg_ok}/{reg_offered}"
+        ));
+        assert!(offered >= 800, "the load did not reach 3x: {report:?}");
+        assert!(
+            ok >= LIMIT - 5,
+            "the global limit was not reached: {report:?}"
+        );
+        assert!(ok <= bound(3), "over the bound {}: {report:?}", bound(3));
+        // The same load on a region-scoped rule: each region admits its own 300.
+        assert!(reg_ok >= 3 * LIMIT - 15, "region scope: {report:?}");
+    }
+    eprintln!("three regions:\n  {}", report.join("\n  "));
+
+    // eu ships only the global rule's figures: nothing arrives for the regional one.
+    assert_eq!(
+        metric(
+            c.regions[1].http,
+            "sluice_gossip_figures_received_total{result=\"unknown_rule\"}"
+        ),
+        0.0
+    );
+
+    // ap fails: daemon and Redis killed. eu and us keep deciding, bounded.
+    {
+        let ap = &mut c.regions[2];
+        ap.daemon
+            .as_mut()
+            .expect("running")
+            .kill()
+            .expect("kill ap's daemon");
+        ap.redis.kill().expect("kill ap's redis");
+    }
+    let (first, sent) = run_windows(&c, &[0, 1], 1);
+    let (ok, offered, by) = admitted(&sent, first, true);
+    eprintln!("ap down: global {ok}/{offered} admitted {by:?}");
+    assert!(offered >= 500, "eu and us kept deciding: {offered}");
+    assert!(
+        ok >= LIMIT - 5 && ok <= bound(2),
+        "two regions: {ok} admitted {by:?}"
+    );
+
+    // ap comes back empty, rejoins and converges.
+    c.regions[2].redis.restart().expect("restart ap's redis");
+    c.spawn(2);
+    c.wait_members(&[0, 1, 2]);
+    let (first, sent) = run_windows(&c, &[0, 1, 2], 1);
+    let (ok, offered, by) = admitted(&sent, first, true);
+    eprintln!("ap back: global {ok}/{offered} admitted {by:?}");
+    assert!(offered >= 800);
+    assert!(
+        ok >= LIMIT - 5 && ok <= bound(3),
+        "after rejoin: {ok} admitted {by:?}"
+    );
+    // ap hears the others' figures again (and refused some of its share because of them).
+    assert!(
+        metric(
+            c.regions[2].http,
+            "sluice_gossip_figures_received_total{result=\"new\"}"
+        ) > 0.0
+    );
+    assert!(by[2] < 250, "ap decided alone: {by:?}");
+}
+
+/// A counts datagram carrying `count` for `key` under the global rule in the current window.
+fn forged(codec: &FrameCodec, region: &str, key: &str, count: u64) -> Vec<u8> {
+    let start = now_ms() / WINDOW_MS * WINDOW_MS * 1000;
+    let entry = sluice_core::ship::ShipEntry {
+        key: sluice_core::matching::store_key(&format!("public-api|api_key={key}"), "global-10s"),
+        window_start: start,
+        count,
+    };
+    let header = Header {
+        region,
+        sender: "mallory",
+        first_seq: 1,
+        sent_ms: now_ms(),
+    };
+    let packed = pack(&[entry], &header, 1200);
+    let mut frame = Vec::new();
+    codec.seal(Kind::Counts, &packed.payloads[0], &mut frame);
+    frame
+}
+
+fn remaining(v: &Value) -> u64 {
+    v["policies"][0]["remaining"].as_u64().expect("remaining")
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn global_figures_travel_region_figures_do_not_and_forged_packets_are_counted() {
+    let c = Cluster::start("security");
+    let (eu, us, ap) = (c.regions[0].http, c.regions[1].http, c.regions[2].http);
+    // Stay clear of a window boundary: everything below happens within one window.
+    if now_ms() % WINDOW_MS > 2_000 {
+        align(200);
+    }
+
+    // A global figure travels: 250 of 300 taken in eu leaves 50 in us and ap, within a
+    // ship interval.
+    assert_eq!(
+        check(eu, "GET /global", "k_share", 250).expect("check")["allowed"],
+        true
+    );
+    wait_until("us and ap to hear eu's 250", Duration::from_secs(4), || {
+        [us, ap]
+            .iter()
+            .all(|h| check(*h, "GET /global", "k_share", 0).is_some_and(|v| remaining(&v) == 50))
+    });
+    // ...and the sum holds: 60 more in us is refused, 50 is not.
+    assert_eq!(
+        check(us, "GET /global", "k_share", 60).expect("check")["allowed"],
+        false
+    );
+    assert_eq!(
+        check(us, "GET /global", "k_share", 50).expect("check")["allowed"],
+        true
+    );
+
+    // A region-scoped figure does not: 300 of 300 in eu, us still has its full 300.
+    assert_eq!(
+        check(eu, "GET /regional", "k_local", 300).expect("check")["allowed"],
+        true
+    );
+    assert_eq!(
+        check(eu, "GET /regional", "k_local", 1).expect("check")["allowed"],
+        false
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    let v = check(us, "GET /regional", "k_local", 0).expect("check");
+    assert_eq!(remaining(&v), 300, "{v}");
+
+    // Forged datagrams to eu's gossip port, each claiming 10,000 for k_forged.
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("udp");
+    let target = c.regions[0].gossip;
+    let right = FrameCodec::new(CLUSTER, Some(KEY.as_bytes())).expect("codec");
+    let other_cluster = FrameCodec::new("someone-else", Some(KEY.as_bytes())).expect("codec");
+    let wrong_key =
+        FrameCodec::new(CLUSTER, Some(b"not the e2e gossip key at all")).expect("codec");
+    let untagged = FrameCodec::new(CLUSTER, None).expect("codec");
+    let before = |reason: &str| {
+        metric(
+            eu,
+            &format!("sluice_gossip_frames_rejected_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    let base: Vec<f64> = ["malformed", "wrong_cluster", "bad_tag", "unauthenticated"]
+        .iter()
+        .map(|r| before(r))
+        .collect();
+    sock.send_to(b"\x00\x01garbage that is not a frame", target)
+        .expect("send");
+    sock.send_to(&forged(&other_cluster, "us", "k_forged", 10_000), target)
+        .expect("send");
+    sock.send_to(&forged(&wrong_key, "us", "k_forged", 10_000), target)
+        .expect("send");
+    sock.send_to(&forged(&untagged, "us", "k_forged", 10_000), target)
+        .expect("send");
+    wait_until(
+        "the four rejections to be counted",
+        Duration::from_secs(3),
+        || {
+            ["malformed", "wrong_cluster", "bad_tag", "unauthenticated"]
+                .iter()
+                .zip(&base)
+                .all(|(r, b)| before(r) >= b + 1.0)
+        },
+    );
+    // None of them had any effect, and the daemon still decides.
+    let v = check(eu, "GET /global", "k_forged", 0).expect("eu still answers");
+    assert_eq!(remaining(&v), LIMIT, "a forged figure was merged: {v}");
+    // The control: the same datagram with the cluster's key *is* merged. The key is all
+    // that keeps the counts honest.
+    sock.send_to(&forged(&right, "us", "k_forged", 10_000), target)
+        .expect("send");
+    wait_until(
+        "the authenticated figure to be merged",
+        Duration::from_secs(3),
+        || check(eu, "GET /global", "k_forged", 0).is_some_and(|v| remaining(&v) == 0),
+    );
+}
