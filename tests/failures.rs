@@ -223,3 +223,137 @@ fn quota_journal_replays_after_a_daemon_killed_mid_outage() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Waits until every replica has finished its first sync with its primary. A replica that has
+/// not (`master_link_status:down`) refuses to be promoted ("Disconnected from master for
+/// longer than allowed", `cluster-replica-validity-factor`), so killing its primary then would
+/// leave the shard down for good instead of testing a failover.
+fn wait_replicas_in_sync(cluster: &sluice_testkit::RedisCluster, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let synced = cluster.nodes().iter().all(|n| {
+            n.cmd(&["INFO", "replication"]).is_ok_and(|info| {
+                info.contains("role:master") || info.contains("master_link_status:up")
+            })
+        });
+        if synced {
+            return;
+        }
+        assert!(Instant::now() < deadline, "replicas did not sync");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_cluster_primary_killed_degrades_only_its_shard() {
+    use sluice_testkit::{ClusterOptions, RedisCluster};
+    let mut cluster = RedisCluster::start_with(ClusterOptions {
+        primaries: 3,
+        replicas_per_primary: 1,
+        node_timeout_ms: 1000,
+        extra_args: [
+            // Without it Redis itself answers CLUSTERDOWN for every key, on every node, while
+            // one slot range has no live primary: no client could keep the other shards up.
+            "--cluster-require-full-coverage",
+            "no",
+            // Replicas start their first sync at once instead of after 5 s.
+            "--repl-diskless-sync-delay",
+            "0",
+        ]
+        .map(String::from)
+        .to_vec(),
+    })
+    .expect("redis cluster (apt-get install redis-server redis-tools)");
+    let dir = tmp("cluster");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ports = free_ports(2);
+    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
+    let rules = dir.join("rules.yaml");
+    std::fs::write(&rules, RULES).expect("rules");
+    let urls = cluster.urls().join(",");
+    let mut d = Daemon::spawn(
+        cargo_bin("sluiced").expect("sluiced built"),
+        &[
+            "--rules",
+            rules.to_str().expect("utf-8"),
+            "--http-addr",
+            &http.to_string(),
+            "--grpc-addr",
+            &format!("127.0.0.1:{}", ports[1]),
+            "--redis-cluster",
+            &urls,
+            // Generous: a busy 2-core machine must not turn a slow healthy call into a failure.
+            "--store-timeout-ms",
+            "100",
+        ],
+        &[("RUST_LOG", "info")],
+    )
+    .expect("spawn");
+    d.wait_http_ok(http, "/healthz", Duration::from_secs(20))
+        .expect("healthy");
+
+    // One identity per primary: the key's hash tag decides its slot and so its node.
+    let mut by_node: std::collections::BTreeMap<usize, String> = Default::default();
+    for i in 0..200 {
+        let k = format!("k{i}");
+        let store_key = format!("sl:{{api|k={k}}}:closed");
+        let node = cluster.node_for_key(&store_key).expect("slot owner");
+        by_node.entry(node).or_insert(k);
+    }
+    assert_eq!(by_node.len(), 3, "an identity on each primary");
+    for k in by_node.values() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while check(http, "closed", k).0["code"] != "OK" {
+            assert!(Instant::now() < deadline, "{k} never answered OK");
+        }
+    }
+    wait_replicas_in_sync(&cluster, Duration::from_secs(30));
+    let (&victim, victim_key) = by_node.iter().next().expect("a primary");
+    let victim_key = victim_key.clone();
+    cluster.kill_node(victim).expect("kill a primary");
+
+    // Until the replica is promoted only the victim's keys may fail; the others keep OK.
+    // `closed` answers UNAVAILABLE for every failed store call, so each failure shows.
+    let start = Instant::now();
+    let (mut others_failed, mut victim_failed, mut recovered_after) = (0, 0, None);
+    let (mut others_checked, mut victim_failed_after) = (0, 0);
+    while start.elapsed() < Duration::from_secs(30) {
+        for (node, k) in &by_node {
+            let ok = check(http, "closed", k).0["code"] == "OK";
+            if *node == victim {
+                if ok {
+                    if victim_failed > 0 && recovered_after.is_none() {
+                        recovered_after = Some(start.elapsed());
+                    }
+                } else if recovered_after.is_some() {
+                    victim_failed_after += 1;
+                } else {
+                    victim_failed += 1;
+                }
+            } else {
+                others_checked += 1;
+                if !ok {
+                    others_failed += 1;
+                }
+            }
+        }
+        if recovered_after.is_some() && start.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "primary killed: victim shard failed {victim_failed} checks, recovered after \
+         {recovered_after:?} ({victim_failed_after} failures after that); other shards failed \
+         {others_failed} of {others_checked}"
+    );
+    assert!(victim_failed > 0, "the dead primary's keys degrade");
+    assert!(
+        recovered_after.is_some(),
+        "its replica was promoted and {victim_key} recovered"
+    );
+    assert_eq!(others_failed, 0, "the other shards never notice");
+    let (v, _) = check(http, "closed", &victim_key);
+    assert_eq!(v["code"], "OK", "decided by the promoted replica: {v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -129,6 +129,26 @@ async fn redis_cluster_slots_conformance_and_live_migration() {
     cases::expiry_with_time(&*dynstore, "cl").await;
     cases::shadow_and_charge_rejected(&*dynstore, "cl").await;
 
+    // A node that lost its scripts (a restart, SCRIPT FLUSH): reloaded within the call, counted.
+    let before = store.noscript_reloads();
+    let probe = every_algorithm("d|api_key=k_noscript").remove(0);
+    let owner = cluster.node_for_key(&probe.key).expect("owner");
+    cluster
+        .node(owner)
+        .cmd(&["SCRIPT", "FLUSH"])
+        .expect("SCRIPT FLUSH");
+    assert!(
+        check(&*store, &call(T0, 1, "ns", vec![probe.clone()]))
+            .await
+            .allowed
+    );
+    assert!(
+        check(&*store, &call(T0, 1, "ns", vec![probe]))
+            .await
+            .allowed
+    );
+    assert_eq!(store.noscript_reloads(), before + 1, "once: EVAL cached it");
+
     // Migrate the identity's slot while 8 clients keep checking, with a deadline that lets
     // the client ride out TRYAGAIN: no error at all, and exact counts.
     let identity = "d|api_key=k_migrate";
@@ -213,6 +233,68 @@ async fn redis_cluster_slots_conformance_and_live_migration() {
         b.admitted <= counted && counted <= b.admitted + b.timeouts,
         "admitted {} counted {counted}: {b:?}",
         b.admitted
+    );
+
+    ask_redirection_by_hand(&store, &cluster).await;
+}
+
+/// `ASK`, deterministically: a slot half migrated by hand (MIGRATING on its owner, IMPORTING on
+/// another primary) and an identity with no key yet, so its owner answers `ASK`. The store
+/// sends `ASKING` + the script to the importing node and the key is created there; once the
+/// slot is handed over, the old owner answers `MOVED` and the count continues on the new one.
+async fn ask_redirection_by_hand(store: &RedisClusterStore, cluster: &RedisCluster) {
+    let items = vec![every_algorithm("d|api_key=k_ask").remove(0)];
+    let key = items[0].key.clone();
+    let slot = key_slot(&key);
+    let src = cluster.node_for_slot(slot).expect("owner");
+    let dst = *cluster
+        .primaries()
+        .expect("primaries")
+        .iter()
+        .find(|p| **p != src)
+        .expect("another primary");
+    let (src_id, dst_id) = (
+        cluster.node_id(src).expect("id"),
+        cluster.node_id(dst).expect("id"),
+    );
+    let slot_s = slot.to_string();
+    cluster
+        .node(dst)
+        .cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id])
+        .expect("IMPORTING");
+    cluster
+        .node(src)
+        .cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id])
+        .expect("MIGRATING");
+
+    let r = check(store, &call(T0, 1, "ask-1", items.clone())).await;
+    assert!(r.allowed);
+    assert_eq!(r.outcomes[0].remaining, 999_999);
+    let on_src = cluster.node(src).cmd(&["EXISTS", &key]);
+    assert!(
+        on_src
+            .as_ref()
+            .is_err_and(|e| format!("{e:#}").contains("ASK")),
+        "the source has no key and redirects: {on_src:?}"
+    );
+    let mut dst_conn = cluster.node(dst).connect().expect("connect");
+    dst_conn.cmd(&["ASKING"]).expect("ASKING");
+    assert_eq!(
+        dst_conn.cmd(&["EXISTS", &key]).expect("EXISTS"),
+        "1",
+        "written on the importing node"
+    );
+
+    for p in cluster.primaries().expect("primaries") {
+        cluster
+            .node(p)
+            .cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id])
+            .expect("SETSLOT NODE");
+    }
+    let r = check(store, &call(T0, 1, "ask-2", items.clone())).await;
+    assert_eq!(
+        r.outcomes[0].remaining, 999_998,
+        "the count continues on the new owner"
     );
 }
 

@@ -10,8 +10,9 @@
 //!
 //! - [`RedisConfig`] and [`connect`]: what the daemon calls at start.
 //! - [`RedisStore`]: one standalone Redis (or a primary behind a proxy/sentinel address).
-//! - [`RedisClusterStore`]: a Redis Cluster; MOVED/ASK handled by the redis crate's client,
-//!   [`Store::shard_of`] answered from a slot map this store refreshes.
+//! - [`RedisClusterStore`]: a Redis Cluster, routed by this store from its own slot map: one
+//!   connection per node, each call sent to the node owning its slot, MOVED/ASK/TRYAGAIN
+//!   followed within the call's deadline, so one failed node never holds up the others.
 //! - [`item_keys`] / [`key_slot`]: the keys an item touches and their Cluster slot.
 
 mod cluster;
@@ -126,10 +127,10 @@ pub async fn connect(cfg: &RedisConfig) -> Result<Arc<dyn Store>, StoreError> {
 /// What both stores share: the scripts, the deadline, the NOSCRIPT counter.
 #[derive(Debug)]
 pub(crate) struct Engine {
-    check: Script,
-    release: Script,
-    timeout: Duration,
-    timeout_ms: u64,
+    pub(crate) check: Script,
+    pub(crate) release: Script,
+    pub(crate) timeout: Duration,
+    pub(crate) timeout_ms: u64,
     noscript: AtomicU64,
 }
 
@@ -146,6 +147,12 @@ impl Engine {
 
     pub(crate) fn noscript_reloads(&self) -> u64 {
         self.noscript.load(Ordering::Relaxed)
+    }
+
+    /// Records one `NOSCRIPT` answer (the metric), before the caller re-sends by `EVAL`.
+    pub(crate) fn count_noscript(&self) {
+        self.noscript.fetch_add(1, Ordering::Relaxed);
+        tracing::info!("redis answered NOSCRIPT; reloading the script by EVAL");
     }
 
     /// `EVALSHA`, and on `NOSCRIPT` one `EVAL` of the body (which also caches it on that node),
@@ -167,8 +174,7 @@ impl Engine {
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    self.noscript.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!("redis answered NOSCRIPT; reloading the script by EVAL");
+                    self.count_noscript();
                     cmd("EVAL", script.body).query_async(conn).await
                 }
                 other => other,
@@ -186,13 +192,9 @@ impl Engine {
         conn: &mut C,
         call: &Call,
     ) -> Result<CallResult, StoreError> {
-        if call.items.is_empty() {
-            return Ok(CallResult {
-                allowed: true,
-                outcomes: Vec::new(),
-            });
-        }
-        let enc = encode_check(call)?;
+        let Some(enc) = check_request(call)? else {
+            return Ok(nothing_to_check());
+        };
         let reply = self.eval(conn, &self.check, &enc.keys, &enc.args).await?;
         decode_check(call, &reply)
     }
@@ -204,12 +206,8 @@ impl Engine {
         request_id: &str,
         now: Micros,
     ) -> Result<bool, StoreError> {
-        if now > script::MAX_EXACT {
-            return Err(StoreError::Server(format!("now = {now} exceeds 2^53")));
-        }
-        let keys = [key.to_string()];
-        let args = [now.to_string(), request_id.to_string()];
-        let reply = self.eval(conn, &self.release, &keys, &args).await?;
+        let req = release_request(key, request_id, now)?;
+        let reply = self.eval(conn, &self.release, &req.keys, &req.args).await?;
         decode_release(&reply)
     }
 
@@ -230,6 +228,37 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The `EVALSHA` of a check, or `None` for a call without items (nothing to ask Redis).
+pub(crate) fn check_request(call: &Call) -> Result<Option<ScriptCall>, StoreError> {
+    if call.items.is_empty() {
+        return Ok(None);
+    }
+    encode_check(call).map(Some)
+}
+
+/// The answer to a call without items: allowed, no outcomes.
+pub(crate) fn nothing_to_check() -> CallResult {
+    CallResult {
+        allowed: true,
+        outcomes: Vec::new(),
+    }
+}
+
+/// The `EVALSHA` of `lua/release.lua` for one concurrency key.
+pub(crate) fn release_request(
+    key: &str,
+    request_id: &str,
+    now: Micros,
+) -> Result<ScriptCall, StoreError> {
+    if now > script::MAX_EXACT {
+        return Err(StoreError::Server(format!("now = {now} exceeds 2^53")));
+    }
+    Ok(ScriptCall {
+        keys: vec![key.to_string()],
+        args: vec![now.to_string(), request_id.to_string()],
+    })
 }
 
 /// A URL's parse error is permanent configuration trouble.
