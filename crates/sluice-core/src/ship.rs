@@ -9,6 +9,7 @@
 //! - only *busy* keys: usage above `share_threshold` of the limit. Quiet keys are never
 //!   shared; that is the threshold's blind spot, bounded by (regions − 1) × threshold × limit
 //!   on top of the sync delay (docs/accuracy.md measures it);
+//!   Quiet keys are not even tracked: what a daemon holds grows with its busy keys;
 //! - only figures that changed since they were last shipped, plus unchanged busy ones whose
 //!   last shipment is older than `resend_after` (anti-entropy: a lost message is otherwise
 //!   only repaired by the next change);
@@ -71,7 +72,8 @@ pub struct Batch {
     pub bytes: usize,
     /// Busy, changed figures that did not fit the budget.
     pub deferred: usize,
-    /// Changed figures left out because they are under the threshold.
+    /// Observations under the threshold since the last selection (not tracked, not
+    /// shipped), plus tracked figures that changed but fell under it.
     pub quiet: usize,
 }
 
@@ -87,10 +89,14 @@ struct Tracked {
     shipped_at: Micros,
 }
 
+/// busy / limit > pct / 100, in integers.
+fn above(busy: u64, limit: u64, pct: u8) -> bool {
+    u128::from(busy) * 100 > u128::from(limit) * u128::from(pct)
+}
+
 impl Tracked {
     fn is_busy(&self) -> bool {
-        // busy / limit > pct / 100, in integers.
-        u128::from(self.busy) * 100 > u128::from(self.limit) * u128::from(self.threshold_pct)
+        above(self.busy, self.limit, self.threshold_pct)
     }
 
     fn due(&self, now: Micros, resend_after: Micros) -> bool {
@@ -107,6 +113,7 @@ impl Tracked {
 #[derive(Clone, Debug, Default)]
 pub struct LocalUsage {
     keys: HashMap<String, Vec<Tracked>>,
+    quiet_seen: usize,
 }
 
 impl LocalUsage {
@@ -142,6 +149,13 @@ impl LocalUsage {
         let limit = params.limit();
         let windows = match self.keys.get_mut(key) {
             Some(w) => w,
+            None if !above(busy, limit, threshold_pct) => {
+                // A quiet key is not tracked: its figure is the store's (an absolute count,
+                // or cumulative consumption), so the next decision reports it whole again.
+                // What a daemon holds grows with its busy keys, not with every key it saw.
+                self.quiet_seen += 1;
+                return;
+            }
             None => self.keys.entry(key.to_string()).or_default(),
         };
         if let Some(t) = windows.iter_mut().find(|t| t.start == fw.start) {
@@ -181,7 +195,10 @@ impl LocalUsage {
     /// Picks this interval's entries (see the module docs) and marks them shipped. Drops
     /// figures whose windows are over.
     pub fn select(&mut self, now: Micros, budget: &Budget) -> Batch {
-        let mut batch = Batch::default();
+        let mut batch = Batch {
+            quiet: std::mem::take(&mut self.quiet_seen),
+            ..Batch::default()
+        };
         let mut due: Vec<(&str, &mut Tracked)> = Vec::new();
         self.keys.retain(|_, w| {
             w.retain(|t| t.expires > now);
@@ -320,6 +337,24 @@ mod tests {
         // A threshold of 0 shares every key with any usage.
         u.observe("quiet", &p, 0, 6, 100, 100);
         assert_eq!(u.select(7, &unbounded()).entries[0].key, "quiet");
+    }
+
+    #[test]
+    fn quiet_keys_are_not_held() {
+        let mut u = LocalUsage::new();
+        for i in 0..1000 {
+            u.observe(&format!("k{i}"), &fixed(1000), 10, 1, 50, 50);
+        }
+        assert!(u.is_empty());
+        // Once busy, the key is tracked, and its next window too (quiet or not); the
+        // window that ended is dropped.
+        u.observe("k1", &fixed(1000), 10, 2, 150, 150);
+        assert_eq!(u.len(), 1);
+        u.observe("k1", &fixed(1000), 10, MIN + 1, 3, 3);
+        assert_eq!(u.len(), 1);
+        let b = u.select(MIN + 2, &unbounded());
+        assert_eq!(b.entries.len(), 0, "window 0 is over, window 1 is quiet");
+        assert_eq!(b.quiet, 1000 + 1);
     }
 
     #[test]
