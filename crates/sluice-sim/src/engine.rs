@@ -57,7 +57,10 @@ struct Daemon {
     remote: RemoteCounts,
     usage: LocalUsage,
     local: MemoryStore,
+    /// Incarnation: bumped when the daemon restarts (messages to an older one are dropped).
     epoch: u32,
+    /// Ship timer generation: bumped when the timer restarts (older ticks lapse).
+    timer: u32,
 }
 
 struct Replica {
@@ -100,6 +103,7 @@ enum Ev<'a> {
         region: usize,
         daemon: usize,
         epoch: u32,
+        timer: u32,
     },
     Deliver {
         region: usize,
@@ -316,6 +320,7 @@ impl<'a> Sim<'a> {
                 usage: LocalUsage::new(),
                 local: MemoryStore::new(100_000),
                 epoch: old_epoch + 1,
+                timer: 0,
             })
             .collect();
         for d in 0..sc.daemons {
@@ -331,6 +336,33 @@ impl<'a> Sim<'a> {
                         region: r,
                         daemon: d,
                         epoch: old_epoch + 1,
+                        timer: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// New epochs for a region's daemons (their pending timers lapse) and fresh timers at
+    /// random phases of the current interval; tables are kept.
+    fn restart_ship_timers(&mut self, r: usize) {
+        for d in 0..self.sc.daemons {
+            let daemon = &mut self.regions[r].daemons[d];
+            daemon.timer += 1;
+            let (epoch, timer) = (daemon.epoch, daemon.timer);
+            if !self.ships(d) {
+                continue;
+            }
+            let phase = (self.regions[r].phase_rng.unit() * self.interval as f64) as Micros;
+            let at = self.now + phase.max(1);
+            if at < self.sc.duration {
+                self.push(
+                    at,
+                    Ev::Ship {
+                        region: r,
+                        daemon: d,
+                        epoch,
+                        timer,
                     },
                 );
             }
@@ -360,7 +392,8 @@ impl<'a> Sim<'a> {
                     region,
                     daemon,
                     epoch,
-                } => self.ship(region, daemon, epoch),
+                    timer,
+                } => self.ship(region, daemon, epoch, timer),
                 Ev::Deliver {
                     region,
                     daemon,
@@ -640,13 +673,14 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn ship(&mut self, r: usize, d: usize, epoch: u32) {
+    fn ship(&mut self, r: usize, d: usize, epoch: u32, timer: u32) {
         let now = self.now;
         let sc = self.sc;
         let n = sc.regions.len();
         {
             let region = &self.regions[r];
-            if !region.up || region.daemons[d].epoch != epoch {
+            let daemon = &region.daemons[d];
+            if !region.up || daemon.epoch != epoch || daemon.timer != timer {
                 return;
             }
         }
@@ -705,6 +739,7 @@ impl<'a> Sim<'a> {
                     region: r,
                     daemon: d,
                     epoch,
+                    timer,
                 },
             );
         }
@@ -903,6 +938,13 @@ impl<'a> Sim<'a> {
             Event::SetShip(iv, th) => {
                 if let Some(iv) = iv {
                     self.interval = *iv;
+                    // Daemons pick the new interval up at different moments: each restarts
+                    // its timer at its own random phase of the new interval.
+                    for r in 0..sc.regions.len() {
+                        if self.regions[r].up {
+                            self.restart_ship_timers(r);
+                        }
+                    }
                 }
                 if let Some(th) = th {
                     self.threshold = Some(*th);

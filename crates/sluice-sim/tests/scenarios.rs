@@ -261,3 +261,52 @@ fn daemons_elsewhere_do_not_grow_what_a_daemon_holds() {
     // What grows with daemons is the traffic: every daemon ships to every daemon.
     assert!(six.messages > 10 * one.messages);
 }
+
+#[test]
+fn a_longer_interval_mid_run_shows_in_the_windows_after_it() {
+    let (_, r) = sim(
+        "ship-interval.toml",
+        &[(
+            "events",
+            r#"[{ kind = "set_ship", at_s = 300, ship_interval_ms = 5000 }]"#,
+        )],
+    );
+    let s = r
+        .series
+        .iter()
+        .find(|s| s.rule == "per-minute-fixed")
+        .expect("series");
+    let mean = |from: f64, to: f64| {
+        let w: Vec<f64> = s
+            .windows
+            .iter()
+            .filter(|w| w.0 >= from && w.0 < to)
+            .map(|w| w.1 as f64 / s.allowed as f64)
+            .collect();
+        w.iter().sum::<f64>() / w.len() as f64
+    };
+    let before = mean(60.0, 300.0);
+    let after = mean(300.0, 600.0);
+    assert!(after > before + 0.02, "before {before}, after {after}");
+}
+
+#[test]
+fn lost_messages_cost_overshoot_never_false_rejections() {
+    let (_, clean) = sim("ship-interval.toml", &[("duration_s", "300")]);
+    let (_, lossy) = sim(
+        "ship-interval.toml",
+        &[("duration_s", "300"), ("loss", "0.5")],
+    );
+    assert!(lossy.gossip.lost > 0);
+    let c = rule(&clean, "per-minute-fixed");
+    let l = rule(&lossy, "per-minute-fixed");
+    assert!(
+        l.overshoot_mean >= c.overshoot_mean,
+        "{} vs {}",
+        l.overshoot_mean,
+        c.overshoot_mean
+    );
+    // Half the messages lost: the next one repairs it, about one interval later.
+    assert!(l.overshoot_max < 1.06, "{}", l.overshoot_max);
+    assert_eq!(l.false_rejections, 0);
+}
