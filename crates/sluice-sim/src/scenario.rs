@@ -12,7 +12,7 @@ use serde::Deserialize;
 use sluice_core::Micros;
 use sluice_core::algo::Kind;
 use sluice_core::matching::Descriptors;
-use sluice_core::rules::{Domain, RuleSet, from_values};
+use sluice_core::rules::{Domain, from_values};
 use sluice_core::ship::Budget;
 use sluice_core::time::{MILLI, SECOND};
 use std::collections::BTreeMap;
@@ -695,8 +695,8 @@ pub struct Scenario {
     pub warmup: Micros,
     /// Busiest keys per rule plotted.
     pub plot_keys: usize,
-    /// The rules, validated by sluice-core.
-    pub rules: Arc<RuleSet>,
+    /// The domain's rules, validated by sluice-core.
+    pub rules: Arc<Domain>,
     /// Domain name.
     pub domain: String,
     /// Traffic.
@@ -710,11 +710,7 @@ pub struct Scenario {
 impl Scenario {
     /// The domain the requests use.
     pub fn domain(&self) -> &Domain {
-        // Checked at load: the domain exists.
-        self.rules
-            .domain(&self.domain)
-            .map(|d| &**d)
-            .unwrap_or_else(|| unreachable!("checked at load"))
+        &self.rules
     }
 }
 
@@ -1085,7 +1081,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
             },
         )
     })?;
-    let Some(domain) = set.domain(&f.domain) else {
+    let Some(domain) = set.domain(&f.domain).cloned() else {
         return Err(invalid("domain", "no rules for this domain"));
     };
     for r in &domain.rules {
@@ -1229,7 +1225,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
         gossip,
         warmup,
         plot_keys,
-        rules: Arc::new(set),
+        rules: domain,
         domain: f.domain.clone(),
         traffic,
         events,
