@@ -59,11 +59,11 @@ struct Cluster {
     rules: PathBuf,
 }
 
-fn rules_file(tag: &str) -> PathBuf {
+fn rules_file(tag: &str, rules: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sluice-regions-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("rules.yaml");
-    std::fs::write(&path, RULES).expect("write rules");
+    std::fs::write(&path, rules).expect("write rules");
     path
 }
 
@@ -107,8 +107,8 @@ fn spawn_daemon(r: &Region, seeds: &[SocketAddr], rules: &Path) -> Daemon {
 }
 
 impl Cluster {
-    fn start(tag: &str) -> Cluster {
-        let rules = rules_file(tag);
+    fn start(tag: &str, rules: &str) -> Cluster {
+        let rules = rules_file(tag, rules);
         let mut regions = Vec::new();
         for name in ["eu", "us", "ap"] {
             let p = free_ports(3);
@@ -217,9 +217,8 @@ struct Sent {
 fn load(
     http: SocketAddr,
     region: usize,
-    route: &'static str,
-    key: &'static str,
-    rate: f64,
+    (route, key, rate): Stream,
+    window_ms: u64,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<Sent>> {
     std::thread::spawn(move || {
@@ -234,13 +233,13 @@ fn load(
                 std::thread::sleep(wait);
             }
             let t = now_ms();
-            let phase = t % WINDOW_MS;
-            if !(15..WINDOW_MS - 15).contains(&phase) {
+            let phase = t % window_ms;
+            if !(15..window_ms - 15).contains(&phase) {
                 continue;
             }
             if let Some(v) = check(http, route, key, 1) {
                 out.push(Sent {
-                    window: t / WINDOW_MS,
+                    window: t / window_ms,
                     region,
                     global: route == "GET /global",
                     allowed: v["allowed"] == json!(true),
@@ -252,32 +251,41 @@ fn load(
 }
 
 /// Sleeps until `offset_ms` into the next window; returns its index.
-fn align(offset_ms: u64) -> u64 {
+fn align(window_ms: u64, offset_ms: u64) -> u64 {
     let t = now_ms();
-    let next = (t / WINDOW_MS + 1) * WINDOW_MS + offset_ms;
+    let next = (t / window_ms + 1) * window_ms + offset_ms;
     std::thread::sleep(Duration::from_millis(next - t));
-    next / WINDOW_MS
+    next / window_ms
 }
 
-/// Runs load on `regions` (30/s each on the global route, 35/s each on the regional one)
-/// for `windows` whole windows and returns what was decided, by window.
-fn run_windows(c: &Cluster, regions: &[usize], windows: u64) -> (u64, Vec<Sent>) {
-    let first = align(0);
+/// What one load thread sends: route, api_key, requests per second.
+type Stream = (&'static str, &'static str, f64);
+
+/// The end-to-end test's load per region: 30/s on the global route (3× the limit over
+/// three regions), 35/s on the regional one.
+const E2E_LOAD: &[Stream] = &[
+    ("GET /global", "k_global", 30.0),
+    ("GET /regional", "k_region", 35.0),
+];
+
+/// Runs `streams` on each of `regions` for `windows` whole windows of `window_ms` and
+/// returns the first window's index and what was decided.
+fn run_windows(
+    c: &Cluster,
+    regions: &[usize],
+    windows: u64,
+    window_ms: u64,
+    streams: &[Stream],
+) -> (u64, Vec<Sent>) {
+    let first = align(window_ms, 0);
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for &i in regions {
-        let http = c.regions[i].http;
-        threads.push(load(http, i, "GET /global", "k_global", 30.0, stop.clone()));
-        threads.push(load(
-            http,
-            i,
-            "GET /regional",
-            "k_region",
-            35.0,
-            stop.clone(),
-        ));
+        for st in streams {
+            threads.push(load(c.regions[i].http, i, *st, window_ms, stop.clone()));
+        }
     }
-    let end = (first + windows) * WINDOW_MS;
+    let end = (first + windows) * window_ms;
     std::thread::sleep(Duration::from_millis(end.saturating_sub(now_ms())));
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
@@ -319,10 +327,10 @@ fn bound(regions: u64) -> u64 {
 
 #[test]
 fn a_global_limit_holds_across_regions_and_survives_a_region_failure() {
-    let mut c = Cluster::start("load");
+    let mut c = Cluster::start("load", RULES);
 
     // Three regions, three windows, 3× the limit offered.
-    let (first, sent) = run_windows(&c, &[0, 1, 2], 3);
+    let (first, sent) = run_windows(&c, &[0, 1, 2], 3, WINDOW_MS, E2E_LOAD);
     let mut report = Vec::new();
     for w in first..first + 3 {
         let (ok, offered, by) = admitted(&sent, w, true);
@@ -360,7 +368,7 @@ fn a_global_limit_holds_across_regions_and_survives_a_region_failure() {
             .expect("kill ap's daemon");
         ap.redis.kill().expect("kill ap's redis");
     }
-    let (first, sent) = run_windows(&c, &[0, 1], 1);
+    let (first, sent) = run_windows(&c, &[0, 1], 1, WINDOW_MS, E2E_LOAD);
     let (ok, offered, by) = admitted(&sent, first, true);
     eprintln!("ap down: global {ok}/{offered} admitted {by:?}");
     assert!(offered >= 500, "eu and us kept deciding: {offered}");
@@ -373,7 +381,7 @@ fn a_global_limit_holds_across_regions_and_survives_a_region_failure() {
     c.regions[2].redis.restart().expect("restart ap's redis");
     c.spawn(2);
     c.wait_members(&[0, 1, 2]);
-    let (first, sent) = run_windows(&c, &[0, 1, 2], 1);
+    let (first, sent) = run_windows(&c, &[0, 1, 2], 1, WINDOW_MS, E2E_LOAD);
     let (ok, offered, by) = admitted(&sent, first, true);
     eprintln!("ap back: global {ok}/{offered} admitted {by:?}");
     assert!(offered >= 800);
@@ -425,11 +433,11 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn global_figures_travel_region_figures_do_not_and_forged_packets_are_counted() {
-    let c = Cluster::start("security");
+    let c = Cluster::start("security", RULES);
     let (eu, us, ap) = (c.regions[0].http, c.regions[1].http, c.regions[2].http);
     // Stay clear of a window boundary: everything below happens within one window.
     if now_ms() % WINDOW_MS > 2_000 {
-        align(200);
+        align(WINDOW_MS, 200);
     }
 
     // A global figure travels: 250 of 300 taken in eu leaves 50 in us and ap, within a
@@ -514,4 +522,87 @@ fn global_figures_travel_region_figures_do_not_and_forged_packets_are_counted() 
         Duration::from_secs(3),
         || check(eu, "GET /global", "k_forged", 0).is_some_and(|v| remaining(&v) == 0),
     );
+}
+
+const PER_MINUTE: &str = r#"
+domain: public-api
+rules:
+  - id: global-per-minute
+    match: { route: "GET /global" }
+    key: [api_key]
+    algorithm: fixed_window
+    limit: 1000
+    window: 1m
+    scope: global
+"#;
+
+/// Takes single units for `key` in `http` until refused (at most `max`); returns how many
+/// were admitted.
+fn drain(http: SocketAddr, key: &str, max: u64) -> u64 {
+    let mut n = 0;
+    while n < max {
+        match check(http, "GET /global", key, 1) {
+            Some(v) if v["allowed"] == json!(true) => n += 1,
+            _ => break,
+        }
+    }
+    n
+}
+
+/// The numbers in docs/regions.md, with real daemons: the threshold's blind spot and the
+/// overshoot of a 1,000/min global fixed window at 3× the limit, 3 regions, 1 s interval.
+/// Takes about four minutes:
+///
+/// ```text
+/// cargo build --workspace --bins
+/// cargo test -p sluice-tests --test regions -- --ignored --nocapture
+/// ```
+#[test]
+#[ignore = "a measurement (about four minutes), not a check: run it by hand"]
+fn measure_blind_spot_and_overshoot_per_minute() {
+    let c = Cluster::start("measure", PER_MINUTE);
+    let (eu, us, ap) = (c.regions[0].http, c.regions[1].http, c.regions[2].http);
+    let minute = 60_000;
+    if now_ms() % minute > 30_000 {
+        align(minute, 200);
+    }
+    // The blind spot: eu and us each stay at exactly 10% (not above it), so neither ships;
+    // ap never hears of them and admits the whole limit.
+    assert_eq!(
+        check(eu, "GET /global", "k_blind", 100).expect("eu")["allowed"],
+        true
+    );
+    assert_eq!(
+        check(us, "GET /global", "k_blind", 100).expect("us")["allowed"],
+        true
+    );
+    std::thread::sleep(Duration::from_millis(2_500));
+    let ap_alone = drain(ap, "k_blind", 2_000);
+    // One unit more in each, and both are shipped.
+    assert_eq!(
+        check(eu, "GET /global", "k_seen", 101).expect("eu")["allowed"],
+        true
+    );
+    assert_eq!(
+        check(us, "GET /global", "k_seen", 101).expect("us")["allowed"],
+        true
+    );
+    std::thread::sleep(Duration::from_millis(2_500));
+    let ap_informed = drain(ap, "k_seen", 2_000);
+    eprintln!(
+        "blind spot: eu 100 + us 100 (at the threshold, never shipped) + ap {ap_alone} = {} admitted of 1000",
+        200 + ap_alone
+    );
+    eprintln!(
+        "just above: eu 101 + us 101 (shipped) + ap {ap_informed} = {} admitted of 1000",
+        202 + ap_informed
+    );
+
+    // Overshoot: 3,000/min offered, even over the regions, for three windows.
+    let load: &[Stream] = &[("GET /global", "k_over", 50.0 / 3.0)];
+    let (first, sent) = run_windows(&c, &[0, 1, 2], 3, minute, load);
+    for w in first..first + 3 {
+        let (ok, offered, by) = admitted(&sent, w, true);
+        eprintln!("overshoot: window {w}: {ok}/{offered} admitted {by:?}");
+    }
 }

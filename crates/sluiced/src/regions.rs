@@ -43,6 +43,20 @@ pub enum ShippersConfig {
     OnePerRegion,
 }
 
+/// What a key's share threshold is judged on (the simulator's `busy_on`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyOn {
+    /// The region's own count (DESIGN.md): a key is shipped once this region's count passes
+    /// the threshold.
+    #[default]
+    RegionCount,
+    /// The count the decision saw, this region's plus the others' figures: a region held
+    /// back by the others' figures still ships its own small count, which closes most of
+    /// the blind spot when a key is busy somewhere (docs/regions.md).
+    SeenCount,
+}
+
 /// The `gossip:` section of the config file. Regions are off unless `addr` is set.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -76,6 +90,8 @@ pub struct GossipConfig {
     pub max_remote_keys: usize,
     /// Which daemons ship.
     pub shippers: ShippersConfig,
+    /// What the share threshold is judged on.
+    pub busy_on: BusyOn,
 }
 
 impl Default for GossipConfig {
@@ -94,6 +110,7 @@ impl Default for GossipConfig {
             resend_after_ms: 5_000,
             max_remote_keys: 1_000_000,
             shippers: ShippersConfig::EveryDaemon,
+            busy_on: BusyOn::RegionCount,
         }
     }
 }
@@ -167,6 +184,7 @@ impl RuleLookup for Lookup {
 /// The daemon's gossip node, wired to the engine and `/metrics`.
 pub struct Regions {
     node: Node,
+    busy_on: BusyOn,
 }
 
 impl std::fmt::Debug for Regions {
@@ -209,14 +227,20 @@ impl UsageSink for Regions {
                     continue;
                 };
                 match a.params.kind() {
-                    Kind::FixedWindow | Kind::SlidingWindow => self.node.observe(
-                        &a.key,
-                        &a.params,
-                        a.rule.share_threshold_pct,
-                        now,
-                        o.usage,
-                        o.usage,
-                    ),
+                    Kind::FixedWindow | Kind::SlidingWindow => {
+                        let busy = match self.busy_on {
+                            BusyOn::RegionCount => o.usage,
+                            BusyOn::SeenCount => o.limit.saturating_sub(o.remaining),
+                        };
+                        self.node.observe(
+                            &a.key,
+                            &a.params,
+                            a.rule.share_threshold_pct,
+                            now,
+                            o.usage,
+                            busy,
+                        )
+                    }
                     Kind::TokenBucket | Kind::Gcra => self.node.metrics().bucket_unshared(),
                     Kind::SlidingLog | Kind::Concurrency => {}
                 }
@@ -288,7 +312,10 @@ pub async fn start(
         );
     }
     let node = Node::start(nc, Arc::new(Lookup { rules })).await?;
-    let regions = Arc::new(Regions { node });
+    let regions = Arc::new(Regions {
+        node,
+        busy_on: g.busy_on,
+    });
     metrics.add_exporter(regions.clone());
     Ok(Some(regions))
 }
