@@ -481,7 +481,18 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
         let (ships, to) = targets(&inner.cfg, &live);
         inner.shipping.store(ships, Ordering::Relaxed);
         if !ships || to.is_empty() {
-            // Nobody to tell: keep the figures dirty rather than mark them shipped.
+            // Nobody to tell: keep the figures dirty rather than mark them shipped, but drop
+            // those whose windows ended (a selection with no room defers everything).
+            let prune = Budget {
+                max_bytes: 0,
+                max_entries: 0,
+                ..inner.cfg.budget
+            };
+            let _ = inner
+                .usage
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .select(now, &prune);
             continue;
         }
         let batch = inner
