@@ -152,7 +152,6 @@ pub fn plan<'a>(
 ) -> Plan<'a> {
     let applied = applicable(domain, d);
     let mut calls: Vec<PlannedCall> = Vec::new();
-    let mut owner: Vec<&str> = Vec::new();
     for (i, a) in applied.iter().enumerate() {
         let item = Item {
             key: a.key.clone(),
@@ -164,13 +163,15 @@ pub fn plan<'a>(
                 crate::rules::Scope::Region => Remote::default(),
             },
         };
-        match owner.iter().position(|o| *o == a.identity) {
+        match calls
+            .iter()
+            .position(|c| applied[c.rules[0]].identity == a.identity)
+        {
             Some(c) => {
                 calls[c].call.items.push(item);
                 calls[c].rules.push(i);
             }
             None => {
-                owner.push(&a.identity);
                 calls.push(PlannedCall {
                     call: Call {
                         now,

@@ -213,8 +213,13 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
     let idx = &domain.index;
     let mut cand: Vec<u32> = Vec::with_capacity(idx.unanchored.len() + 8);
     cand.extend_from_slice(&idx.unanchored);
-    let hashes: Vec<u64> = d.iter().map(|(k, v)| pair_hash(k, v)).collect();
-    for h in &hashes {
+    // Descriptors are bounded (MAX_DESCRIPTORS), so their hashes fit on the stack.
+    let mut hash_buf = [0u64; MAX_DESCRIPTORS];
+    for (slot, (k, v)) in hash_buf.iter_mut().zip(d.iter()) {
+        *slot = pair_hash(k, v);
+    }
+    let hashes = &hash_buf[..d.entries.len()];
+    for h in hashes {
         if let Some(ids) = idx.rules.get(h) {
             cand.extend_from_slice(ids);
         }
@@ -248,7 +253,7 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
         Vec::new()
     } else {
         let mut ids: Vec<u32> = Vec::new();
-        for h in &hashes {
+        for h in hashes {
             if let Some(o) = idx.overrides.get(h) {
                 ids.extend_from_slice(o);
             }
@@ -266,7 +271,7 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
 
     let mut out = Vec::with_capacity(hits.len());
     // Rules usually share their key fields: build each distinct identity once.
-    let mut seen: Vec<(&[String], Option<String>)> = Vec::with_capacity(2);
+    let mut seen: Vec<(&[String], Option<String>)> = Vec::new();
     for r in hits {
         if r.mode == Mode::Off {
             continue;
