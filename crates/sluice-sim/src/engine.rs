@@ -327,7 +327,7 @@ impl<'a> Sim<'a> {
             if !self.ships(d) {
                 continue;
             }
-            let phase = (self.regions[r].phase_rng.unit() * self.interval as f64) as Micros;
+            let phase = self.phase(r);
             let at = self.now + phase.max(1);
             if at < sc.duration {
                 self.push(
@@ -353,7 +353,7 @@ impl<'a> Sim<'a> {
             if !self.ships(d) {
                 continue;
             }
-            let phase = (self.regions[r].phase_rng.unit() * self.interval as f64) as Micros;
+            let phase = self.phase(r);
             let at = self.now + phase.max(1);
             if at < self.sc.duration {
                 self.push(
@@ -366,6 +366,15 @@ impl<'a> Sim<'a> {
                     },
                 );
             }
+        }
+    }
+
+    /// When, within the next interval, a daemon of region `r` first ships: the scenario's
+    /// fixed phase for the region, or a random one.
+    fn phase(&mut self, r: usize) -> Micros {
+        match &self.sc.gossip.phases {
+            Some(p) => p[r] % self.interval,
+            None => (self.regions[r].phase_rng.unit() * self.interval as f64) as Micros,
         }
     }
 

@@ -216,6 +216,9 @@ pub struct GossipFile {
     /// Re-ship every busy figure when a peer region comes back (heal, region up).
     #[serde(default = "default_true")]
     pub resend_on_rejoin: bool,
+    /// Fixed ship phase per region (ms into each interval); random when absent.
+    #[serde(default)]
+    pub phase_ms: Option<Vec<f64>>,
     /// `every_daemon` or `one_per_region`.
     #[serde(default = "default_shippers")]
     pub shippers: Shippers,
@@ -245,6 +248,7 @@ impl Default for GossipFile {
             max_entries: None,
             resend_after_ms: default_resend(),
             resend_on_rejoin: true,
+            phase_ms: None,
             shippers: default_shippers(),
             busy_on: default_busy_on(),
             delay_ms: default_delay(),
@@ -569,6 +573,8 @@ pub struct GossipCfg {
     pub budget: Budget,
     /// Re-ship everything busy when a peer region comes back.
     pub resend_on_rejoin: bool,
+    /// Fixed ship phase per region (taken modulo the interval), or random phases.
+    pub phases: Option<Vec<Micros>>,
     /// Who ships.
     pub shippers: Shippers,
     /// What the threshold is judged on.
@@ -1022,7 +1028,23 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
         links[a][b] = link;
         links[b][a] = link;
     }
+    let phases = match &g.phase_ms {
+        None => None,
+        Some(p) if p.len() != n => {
+            return Err(invalid(
+                "gossip.phase_ms",
+                format!("needs one phase per region ({n}), got {}", p.len()),
+            ));
+        }
+        Some(p) => Some(
+            p.iter()
+                .enumerate()
+                .map(|(i, v)| Ok(ms(non_negative(&format!("gossip.phase_ms[{i}]"), *v)?)))
+                .collect::<Result<Vec<_>, ScenarioError>>()?,
+        ),
+    };
     let gossip = GossipCfg {
+        phases,
         interval,
         threshold_pct: threshold,
         budget,
@@ -1421,6 +1443,13 @@ rate_per_s = 10
         );
         let e = err(&MINIMAL.replace("duration_s = 60", "duration_s = 0"));
         assert!(e.contains("`duration_s`"), "{e}");
+        let e = err(&format!("{MINIMAL}[gossip]\nphase_ms = [0]\n"));
+        assert!(
+            e.contains("gossip.phase_ms") && e.contains("one phase per region"),
+            "{e}"
+        );
+        let e = err(&format!("{MINIMAL}[gossip]\nphase_ms = [0, -1]\n"));
+        assert!(e.contains("gossip.phase_ms[1]"), "{e}");
     }
 
     #[test]

@@ -310,3 +310,17 @@ fn lost_messages_cost_overshoot_never_false_rejections() {
     assert!(l.overshoot_max < 1.06, "{}", l.overshoot_max);
     assert_eq!(l.false_rejections, 0);
 }
+
+#[test]
+fn shippers_in_step_are_the_worst_case() {
+    let at = |phases: &str| {
+        let (_, r) = sim(
+            "ship-interval.toml",
+            &[("duration_s", "300"), ("gossip.phase_ms", phases)],
+        );
+        rule(&r, "per-minute-fixed").overshoot_max
+    };
+    let aligned = at("[0, 0, 0]");
+    let spread = at("[0, 333, 667]");
+    assert!(aligned > spread, "aligned {aligned}, spread {spread}");
+}
