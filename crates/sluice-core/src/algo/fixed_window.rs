@@ -12,13 +12,25 @@ fn count(start: Micros, state: Option<&State>) -> u64 {
     }
 }
 
+/// `now`, or the start of the newer window the state already belongs to. Two threads of one
+/// daemon can cross a window boundary in either order; a late request must not reset the
+/// newer window's count, so it is counted in that window (conservative: never over-admits).
+/// Redis keeps one key per window start, where a late request counts in its own window.
+fn effective_now(state: Option<&State>, now: Micros) -> Micros {
+    match state {
+        Some(State::FixedWindow { start, .. }) => now.max(*start),
+        _ => now,
+    }
+}
+
 pub(super) fn evaluate(
     limit: u64,
     window: &Window,
     state: Option<&State>,
     req: &Request<'_>,
 ) -> Outcome {
-    let (start, end) = window.bounds(req.now);
+    let now = effective_now(state, req.now);
+    let (start, end) = window.bounds(now);
     let local = count(start, state);
     let used = local + req.remote.cur;
     let allowed = used + probe_cost(req.cost) <= limit;
@@ -31,17 +43,18 @@ pub(super) fn evaluate(
         allowed,
         limit,
         remaining: limit.saturating_sub(used_after),
-        reset: end - req.now,
-        retry_after: if allowed { 0 } else { end - req.now },
+        reset: end - now,
+        retry_after: if allowed { 0 } else { end - now },
         window: window.nominal(),
         usage: local_after,
     }
 }
 
 pub(super) fn take(window: &Window, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
-    let (start, end) = window.bounds(req.now);
+    let now = effective_now(state, req.now);
+    let (start, end) = window.bounds(now);
     let count = count(start, state) + req.cost;
-    (State::FixedWindow { start, count }, end - req.now)
+    (State::FixedWindow { start, count }, end - now)
 }
 
 #[cfg(test)]
@@ -76,5 +89,30 @@ mod tests {
         assert!(evaluate(&p, st.as_ref(), &r(120 * SECOND, 0)).allowed);
         assert!(!evaluate(&p, None, &r(0, 3)).allowed);
         assert!(evaluate(&p, None, &r(0, 2)).allowed);
+    }
+
+    #[test]
+    fn a_late_request_does_not_reset_the_newer_window() {
+        // Found by the simulator: a call 300 µs behind, after the boundary, re-granted the limit.
+        let p = Params::FixedWindow {
+            limit: 2,
+            window: Window::Epoch(SECOND),
+        };
+        let r = |now| Request {
+            now,
+            cost: 1,
+            request_id: "",
+            remote: Remote::default(),
+        };
+        let (s, _) = take(&p, None, &r(SECOND + 10));
+        let (s, _) = take(&p, Some(&s), &r(SECOND - 300));
+        assert_eq!(
+            s,
+            State::FixedWindow {
+                start: SECOND,
+                count: 2
+            }
+        );
+        assert!(!evaluate(&p, Some(&s), &r(SECOND + 20)).allowed);
     }
 }

@@ -25,13 +25,22 @@ fn wait_until_rem(window: Micros, elapsed: Micros, r_ms: u64) -> Micros {
     (window - elapsed).saturating_sub((r_ms + 1) * MILLI - 1)
 }
 
+/// `now`, or the start of the newer window the state already belongs to (see
+/// `fixed_window::effective_now`: a late request never resets a newer window).
+fn effective_now(state: Option<&State>, now: Micros) -> Micros {
+    match state {
+        Some(State::SlidingWindow { start, .. }) => now.max(*start),
+        _ => now,
+    }
+}
+
 pub(super) fn evaluate(
     limit: u64,
     window: Micros,
     state: Option<&State>,
     req: &Request<'_>,
 ) -> Outcome {
-    let now = req.now;
+    let now = effective_now(state, req.now);
     let start = now - now % window;
     let elapsed = now - start;
     let w_ms = window / MILLI;
@@ -74,7 +83,7 @@ pub(super) fn evaluate(
 }
 
 pub(super) fn take(window: Micros, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
-    let now = req.now;
+    let now = effective_now(state, req.now);
     let start = now - now % window;
     let (cur, prev) = counts(start, window, state);
     (
@@ -117,5 +126,30 @@ mod tests {
         assert!(!o.allowed);
         assert!(evaluate(&p, st.as_ref(), &r(10 * SECOND + o.retry_after)).allowed);
         assert!(!evaluate(&p, st.as_ref(), &r(10 * SECOND + o.retry_after - 1)).allowed);
+    }
+
+    #[test]
+    fn a_late_request_does_not_reset_the_newer_window() {
+        let p = Params::SlidingWindow {
+            limit: 2,
+            window: SECOND,
+        };
+        let r = |now| Request {
+            now,
+            cost: 1,
+            request_id: "",
+            remote: Remote::default(),
+        };
+        let (s, _) = take(&p, None, &r(SECOND + 10));
+        let (s, _) = take(&p, Some(&s), &r(SECOND - 300));
+        assert!(matches!(
+            s,
+            State::SlidingWindow {
+                start: SECOND,
+                cur: 2,
+                ..
+            }
+        ));
+        assert!(!evaluate(&p, Some(&s), &r(SECOND + 20)).allowed);
     }
 }
