@@ -138,23 +138,51 @@ local function put_string(key, value, ttl_us)
 end
 
 ---------------------------------------------------------------------------------------------
--- token_bucket: "tokens ts seen" (micro-tokens, µs, cumulative remote units drained)
+-- token_bucket: "tokens ts seen" (micro-tokens, µs, cumulative remote units drained), then
+-- " used" (units this region took in the key's generation) only when used > 0, which only a
+-- shared rule counts: a region-scope bucket keeps its three fields.
+--
+-- For buckets the item's remote.prev is a flag, nonzero when the rule's figure is shared
+-- (core: Remote::shares_bucket); buckets have no previous window.
+
+-- core: token_bucket::used_after; MAX_USED = 2^53 - 1. used + min(cost, burst) may round
+-- above 2^53, but rounding is monotone, so the min still gives MAX_USED.
+local MAX_USED = 9007199254740991
+
+local function used_after(it, used, cost)
+    if it.rprev ~= 0 then
+        return math.min(used + math.min(cost, it.p2), MAX_USED)
+    end
+    return used
+end
+
+-- core: token_bucket::usage
+local function bucket_usage(it, used, remaining)
+    if it.rprev ~= 0 then
+        return used
+    end
+    return it.p2 - remaining
+end
 
 local function tb_load(key, ki)
     local v, e = get_string(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
-    local a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
-    local tokens, ts, seen = uint(a), uint(b), uint(c)
-    if tokens == nil or ts == nil or seen == nil then
-        return nil, corrupt(ki, 'token bucket value ' .. string.format('%q', v) .. ' is not "tokens ts seen"')
+    local a, b, c, d = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+    if a == nil then
+        a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
+        d = '0'
     end
-    return { tokens, ts, seen }, nil
+    local tokens, ts, seen, used = uint(a), uint(b), uint(c), uint(d)
+    if tokens == nil or ts == nil or seen == nil or used == nil then
+        return nil, corrupt(ki, 'token bucket value ' .. string.format('%q', v) .. ' is not "tokens ts seen [used]"')
+    end
+    return { tokens, ts, seen, used }, nil
 end
 
 local function tb_current(rate, burst, st, now, rcur)
     local cap = burst * SCALE
-    local tokens, ts, seen
+    local tokens, ts, seen, used
     if st then
         tokens = math.min(st[1], cap)
         local elapsed = sat(now - st[2])
@@ -166,24 +194,26 @@ local function tb_current(rate, burst, st, now, rcur)
         end
         ts = math.max(st[2], now)
         seen = st[3]
+        used = st[4]
     else
-        tokens, ts, seen = cap, now, rcur
+        tokens, ts, seen, used = cap, now, rcur, 0
     end
     local fresh = sat(rcur - seen)
     tokens = sat(tokens - fresh * SCALE)
-    return tokens, ts, math.max(seen, rcur)
+    return tokens, ts, math.max(seen, rcur), used
 end
 
 local function tb_evaluate(it, st, now, cost)
     local rate, burst = it.p1, it.p2
     local cap = burst * SCALE
-    local tokens = tb_current(rate, burst, st, now, it.rcur)
+    local tokens, _, _, used = tb_current(rate, burst, st, now, it.rcur)
     local need = math.max(cost, 1) * SCALE
     local window = ceil_div(cap, rate)
     if need <= tokens then
         local after = tokens - cost * SCALE
         local remaining = idiv(after, SCALE)
-        return { true, burst, remaining, ceil_div(cap - after, rate), 0, window, burst - remaining }
+        return { true, burst, remaining, ceil_div(cap - after, rate), 0, window,
+            bucket_usage(it, used_after(it, used, cost), remaining) }
     end
     local remaining = idiv(tokens, SCALE)
     local retry
@@ -192,35 +222,46 @@ local function tb_evaluate(it, st, now, cost)
     else
         retry = ceil_div(need - tokens, rate)
     end
-    return { false, burst, remaining, ceil_div(cap - tokens, rate), retry, window, burst - remaining }
+    return { false, burst, remaining, ceil_div(cap - tokens, rate), retry, window,
+        bucket_usage(it, used, remaining) }
 end
 
 local function tb_take(it, st, now, cost)
     local rate, burst = it.p1, it.p2
     local cap = burst * SCALE
-    local tokens, ts, seen = tb_current(rate, burst, st, now, it.rcur)
+    local tokens, ts, seen, used = tb_current(rate, burst, st, now, it.rcur)
     tokens = sat(tokens - cost * SCALE)
-    put_string(it.key, fmt(tokens) .. ' ' .. fmt(ts) .. ' ' .. fmt(seen), ceil_div(cap - tokens, rate))
+    used = used_after(it, used, cost)
+    local value = fmt(tokens) .. ' ' .. fmt(ts) .. ' ' .. fmt(seen)
+    if used > 0 then
+        value = value .. ' ' .. fmt(used)
+    end
+    put_string(it.key, value, ceil_div(cap - tokens, rate))
 end
 
 ---------------------------------------------------------------------------------------------
--- gcra: "tat seen" (theoretical arrival time in µs, cumulative remote units applied), or just
--- "tat" when seen is 0 (every region-scope rule): Redis then keeps the value as an integer,
--- 16 bytes instead of a 48-byte string allocation.
+-- gcra: "tat seen used" (theoretical arrival time in µs, cumulative remote units applied,
+-- units this region took in the key's generation), shortened to "tat seen" when used is 0
+-- and to just "tat" when seen is 0 too (every region-scope rule): Redis then keeps the value
+-- as an integer, 16 bytes instead of a 48-byte string allocation.
 
 local function gcra_load(key, ki)
     local v, e = get_string(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
-    local a, b = string.match(v, '^(%d+) (%d+)$')
+    local a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
     if a == nil then
-        a, b = string.match(v, '^(%d+)$'), '0'
+        a, b = string.match(v, '^(%d+) (%d+)$')
+        c = '0'
     end
-    local tat, seen = uint(a), uint(b)
-    if tat == nil or seen == nil then
-        return nil, corrupt(ki, 'gcra value ' .. string.format('%q', v) .. ' is not "tat [seen]"')
+    if a == nil then
+        a, b, c = string.match(v, '^(%d+)$'), '0', '0'
     end
-    return { tat, seen }, nil
+    local tat, seen, used = uint(a), uint(b), uint(c)
+    if tat == nil or seen == nil or used == nil then
+        return nil, corrupt(ki, 'gcra value ' .. string.format('%q', v) .. ' is not "tat [seen [used]]"')
+    end
+    return { tat, seen, used }, nil
 end
 
 local function gcra_interval(rate)
@@ -229,28 +270,29 @@ end
 
 local function gcra_current(rate, st, now, rcur)
     local t = gcra_interval(rate)
-    local tat, seen
+    local tat, seen, used
     if st then
-        tat, seen = st[1], st[2]
+        tat, seen, used = st[1], st[2], st[3]
     else
-        tat, seen = now, rcur
+        tat, seen, used = now, rcur, 0
     end
     local fresh = sat(rcur - seen)
     tat = math.max(tat, now) + fresh * t
-    return tat, math.max(seen, rcur)
+    return tat, math.max(seen, rcur), used
 end
 
 local function gcra_evaluate(it, st, now, cost)
     local rate, burst = it.p1, it.p2
     local t = gcra_interval(rate)
     local tolerance = t * burst
-    local tat = gcra_current(rate, st, now, it.rcur)
+    local tat, _, used = gcra_current(rate, st, now, it.rcur)
     local probe_cost = math.max(cost, 1)
     local probe = tat + probe_cost * t
     if probe - now <= tolerance then
         local after = tat + cost * t
         local remaining = idiv(tolerance - (after - now), t)
-        return { true, burst, remaining, after - now, 0, tolerance, burst - remaining }
+        return { true, burst, remaining, after - now, 0, tolerance,
+            bucket_usage(it, used_after(it, used, cost), remaining) }
     end
     local remaining = idiv(sat(tolerance - (tat - now)), t)
     local retry
@@ -259,17 +301,20 @@ local function gcra_evaluate(it, st, now, cost)
     else
         retry = probe - now - tolerance
     end
-    return { false, burst, remaining, tat - now, retry, tolerance, burst - remaining }
+    return { false, burst, remaining, tat - now, retry, tolerance, bucket_usage(it, used, remaining) }
 end
 
 local function gcra_take(it, st, now, cost)
     local rate, burst = it.p1, it.p2
     local t = gcra_interval(rate)
-    local tat, seen = gcra_current(rate, st, now, it.rcur)
+    local tat, seen, used = gcra_current(rate, st, now, it.rcur)
     -- A charged refusal may not push the TAT beyond one full burst of debt.
     tat = math.min(tat + cost * t, now + t * burst)
+    used = used_after(it, used, cost)
     local value = fmt(tat)
-    if seen > 0 then
+    if used > 0 then
+        value = value .. ' ' .. fmt(seen) .. ' ' .. fmt(used)
+    elseif seen > 0 then
         value = value .. ' ' .. fmt(seen)
     end
     put_string(it.key, value, tat - now)
@@ -662,29 +707,49 @@ if not allowed and cost > 0 then
     end
 end
 
-if cost > 0 then
-    for i, it in ipairs(items) do
-        local charge
+-- core: algo::remote_news. A shared bucket whose state lags the remote figure writes the
+-- drained state even when it takes nothing, so the drain outlives its own refill schedule.
+local function remote_news(it, st)
+    if st == nil or it.rprev == 0 then
+        return false
+    end
+    if it.code == 1 then
+        return it.rcur > st[3]
+    elseif it.code == 2 then
+        return it.rcur > st[2]
+    end
+    return false
+end
+
+for i, it in ipairs(items) do
+    local charge = false
+    if cost > 0 then
         if allowed then
             charge = outcomes[i][1]
         else
             charge = it.enforce and it.charge
         end
-        if charge then
-            local st = states[i]
-            if it.code == 1 then
-                tb_take(it, st, now, cost)
-            elseif it.code == 2 then
-                gcra_take(it, st, now, cost)
-            elseif it.code == 3 then
-                fw_take(it, st, now, cost)
-            elseif it.code == 4 then
-                sw_take(it, st, now, cost)
-            elseif it.code == 5 then
-                sl_take(it, st, now, cost)
-            else
-                cc_take(it, st, now, cost, rid)
-            end
+    end
+    local st = states[i]
+    if charge then
+        if it.code == 1 then
+            tb_take(it, st, now, cost)
+        elseif it.code == 2 then
+            gcra_take(it, st, now, cost)
+        elseif it.code == 3 then
+            fw_take(it, st, now, cost)
+        elseif it.code == 4 then
+            sw_take(it, st, now, cost)
+        elseif it.code == 5 then
+            sl_take(it, st, now, cost)
+        else
+            cc_take(it, st, now, cost, rid)
+        end
+    elseif remote_news(it, st) then
+        if it.code == 1 then
+            tb_take(it, st, now, 0)
+        else
+            gcra_take(it, st, now, 0)
         end
     end
 end

@@ -70,7 +70,8 @@ impl Call {
 ///
 /// `states[i]` is the current state of `items[i].key` (None = absent). Shadow items take only
 /// when they would have allowed, so their counts track what enforcing them would do.
-/// Refused requests charge only `charge_rejected` items.
+/// Refused requests charge only `charge_rejected` items. A shared bucket that takes nothing
+/// but drained new remote consumption is written too (a take of 0: [`algo::remote_news`]).
 pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) {
     let mut outcomes: Vec<Outcome> = call
         .items
@@ -104,10 +105,19 @@ pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) 
             } else {
                 item.enforce && item.charge_rejected
             };
+            let req = call.request(item);
             if call.cost == 0 || !charge {
+                // A shared bucket that drained news from other regions keeps it even when it
+                // takes nothing: otherwise its key would expire on its own refill schedule
+                // and a fresh key would forget what the other regions took.
+                if algo::remote_news(st.as_ref(), &req) {
+                    let (state, ttl) =
+                        algo::take(&item.params, st.as_ref(), &Request { cost: 0, ..req });
+                    return Write::Put(state, ttl);
+                }
                 return Write::Keep;
             }
-            let (state, ttl) = algo::take(&item.params, st.as_ref(), &call.request(item));
+            let (state, ttl) = algo::take(&item.params, st.as_ref(), &req);
             Write::Put(state, ttl)
         })
         .collect();

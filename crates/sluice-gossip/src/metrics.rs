@@ -1,7 +1,6 @@
 //! The shipper's counters, rendered in Prometheus text on the daemon's `/metrics`.
 //!
-//! Atomics only: the receive path and the hot path (counting an unshared bucket figure)
-//! never lock for a metric.
+//! Atomics only: the receive path never locks for a metric.
 
 use crate::wire::Reject;
 use sluice_core::merge::Merged;
@@ -53,7 +52,6 @@ pub struct GossipMetrics {
     shipments: AtomicU64,
     membership_oversize: AtomicU64,
     relay_full: AtomicU64,
-    bucket_unshared: AtomicU64,
     lag: [AtomicU64; LAG_BUCKETS_MS.len()],
     lag_count: AtomicU64,
     lag_sum_ms: AtomicU64,
@@ -128,12 +126,6 @@ impl GossipMetrics {
         add(&self.relay_full, 1);
     }
 
-    /// Counts a decision on a global token bucket or GCRA rule whose figure is not shipped
-    /// (docs/regions.md: buckets are not shared yet).
-    pub fn bucket_unshared(&self) {
-        add(&self.bucket_unshared, 1);
-    }
-
     pub(crate) fn lag(&self, ms: u64) {
         for (b, c) in LAG_BUCKETS_MS.iter().zip(&self.lag) {
             if ms <= *b {
@@ -200,12 +192,6 @@ impl GossipMetrics {
             "sluice_gossip_figures_skipped_total",
             "Figures that could not be packed (not a store key, or larger than a datagram).",
             load(&self.figures_skipped),
-        );
-        counter(
-            out,
-            "sluice_gossip_bucket_figures_unshared_total",
-            "Decisions on global token bucket / GCRA rules, whose figures are not shared yet.",
-            load(&self.bucket_unshared),
         );
         counter(
             out,

@@ -141,12 +141,15 @@ async fn corrupt_values_are_corrupt() {
     for (name, value) in [
         ("tb", "abc"),
         ("tb", "1 2"),
-        ("tb", "1 2 3 4"),
+        // A shared bucket's `used` is a fourth field (GCRA: third); one more is corrupt.
+        ("tb", "1 2 3 4 5"),
+        ("tb", "1 2 3 9007199254740992"),
         ("tb", "-5 1 0"),
         ("tb", "99999999999999999999 1 0"),
         ("tb", "1.5 2 0"),
         ("gcra", "x"),
-        ("gcra", "1 2 3"),
+        ("gcra", "1 2 3 4"),
+        ("gcra", "1 2 x"),
         ("gcra", "1 "),
         ("fw", "ten"),
         ("fw", "-1"),

@@ -321,7 +321,11 @@ fn run_sequence(
             params: gen_params(&mut rng, *alg),
             enforce: !mixed || rng.chance(75),
             charge_rejected: rng.chance(30),
-            remote: Remote::default(),
+            // Half the buckets start shared (they count `used`); the flag may flip below.
+            remote: Remote {
+                cur: 0,
+                prev: u64::from(matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(50)),
+            },
         })
         .collect();
     let mut states: Vec<Option<State>> = vec![None; items.len()];
@@ -341,10 +345,16 @@ fn run_sequence(
             if rng.chance(10) {
                 let limit = item.params.limit();
                 item.remote = match alg {
-                    // Cumulative consumption elsewhere: monotone.
+                    // Cumulative consumption elsewhere: monotone. `prev` is the shared flag:
+                    // a shared bucket counts its own `used` (and stores it), an unshared one
+                    // does not; a rule may switch between the two (a changed scope).
                     Alg::Tb | Alg::Gcra => Remote {
                         cur: item.remote.cur + rng.range(0, 5),
-                        prev: 0,
+                        prev: if rng.chance(20) {
+                            u64::from(item.remote.prev == 0)
+                        } else {
+                            item.remote.prev
+                        },
                     },
                     _ => Remote {
                         cur: rng.range(0, limit.min(1_000) + 3),
@@ -425,6 +435,83 @@ fn seeds(base: u64, n: u64) -> Vec<u64> {
     match std::env::var("SLUICE_DIFF_SEED") {
         Ok(s) => vec![s.parse().expect("SLUICE_DIFF_SEED is a number")],
         Err(_) => (0..n).map(|i| base + i).collect(),
+    }
+}
+
+/// A shared bucket's `used` stops at 2^53 − 1 alike (the sequences never get near it): Lua
+/// adds past 2^53 inexactly, and its `min` must still land on the same figure.
+#[test]
+fn used_saturates_alike_near_2_pow_53() {
+    let server = redis();
+    let mut conn = sync_conn(&server.url());
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(CHECK_SCRIPT)
+        .query(&mut conn)
+        .expect("SCRIPT LOAD");
+    let now: Micros = 1_700_000_000 * SECOND;
+    let max = sluice_core::algo::MAX_USED;
+    for (i, (params, stored)) in [
+        (
+            Params::TokenBucket {
+                rate_per_s: 1_000_000_000,
+                burst: 1_000_000_000,
+            },
+            format!("0 {now} 0 {}", max - 3),
+        ),
+        (
+            Params::Gcra {
+                rate_per_s: 1_000,
+                burst: 1_000_000_000,
+            },
+            format!("{now} 0 {}", max - 3),
+        ),
+        (
+            Params::TokenBucket {
+                rate_per_s: 1,
+                burst: 1_000_000_000,
+            },
+            format!("0 {now} 0 {max}"),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for cost in [1, 3, 1_000_000_000] {
+            let key = format!("sl:{{max{i}}}:rule{cost}");
+            let _: () = redis::cmd("SET")
+                .arg(&key)
+                .arg(&stored)
+                .query(&mut conn)
+                .expect("SET");
+            let state = State::decode(params.kind(), &stored).expect("a valid state");
+            let call = Call {
+                now,
+                cost,
+                request_id: "r".into(),
+                items: vec![Item {
+                    key: key.clone(),
+                    params: params.clone(),
+                    enforce: true,
+                    charge_rejected: true,
+                    remote: Remote::shared_bucket(0),
+                }],
+            };
+            let states = vec![Some(state)];
+            let (want, writes) = apply(&call, &states);
+            let (got, _) = run_script(&mut conn, &sha, &call);
+            assert_eq!(got, want, "{key}: {stored}, cost {cost}");
+            let after = match &writes[0] {
+                Write::Put(st, ttl) if *ttl > 0 => Some(st.clone()),
+                _ => None,
+            };
+            if let Some(State::TokenBucket { used, .. } | State::Gcra { used, .. }) = &after {
+                assert!(*used <= max && *used >= max - 3, "{used}");
+            }
+            let (in_redis, in_core) =
+                stored_vs_model(&mut conn, &call.items[0], after.as_ref(), now);
+            assert_eq!(in_redis, in_core, "{key}: {stored}, cost {cost}");
+        }
     }
 }
 

@@ -11,10 +11,10 @@
 mod common;
 
 use common::cases::{T0, call, check, item};
-use sluice_core::Params;
 use sluice_core::algo::{Calendar, CalendarUnit, Window};
 use sluice_core::batch::Item;
 use sluice_core::time::SECOND;
+use sluice_core::{Params, Remote};
 use sluice_store::redis::{RedisStore, item_keys};
 
 const IDENTITY: &str = "public-api|api_key=k_8f2a";
@@ -63,6 +63,12 @@ async fn memory_usage_per_key() {
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("?")
         .to_string();
+    // A global bucket (shared between regions) also keeps its cumulative `used`; here after
+    // a first unit, with a remote figure of 1,000,000 already heard (`seen`).
+    let shared = |mut it: Item| {
+        it.remote = Remote::shared_bucket(1_000_000);
+        it
+    };
     let cases: Vec<(&str, Item, u64)> = vec![
         (
             "token_bucket, short identity",
@@ -95,6 +101,28 @@ async fn memory_usage_per_key() {
                     burst: 40,
                 },
             ),
+            1,
+        ),
+        (
+            "token_bucket, global (shared)",
+            shared(item(
+                &key("pay-burs2"),
+                Params::TokenBucket {
+                    rate_per_s: 20,
+                    burst: 40,
+                },
+            )),
+            1,
+        ),
+        (
+            "gcra, global (shared)",
+            shared(item(
+                &key("pay-gcr2"),
+                Params::Gcra {
+                    rate_per_s: 20,
+                    burst: 40,
+                },
+            )),
             1,
         ),
         (

@@ -7,15 +7,15 @@
 //!   rule's key are added to the store call (the core passes them into the algorithm, so the
 //!   decision on local count + remote sum is taken inside the same atomic call);
 //! - after a decision, [`UsageSink`]: for each global rule the store answered, the region's
-//!   figure (the outcome's `usage`, which for windows is the region's count in the shared
-//!   store) is recorded for the next shipment.
+//!   figure (the outcome's `usage`: for windows the region's count in the shared store, for
+//!   token bucket and GCRA the region's cumulative consumption `used`, also kept in the
+//!   shared store so every daemon of a region reports the same figure) is recorded for the
+//!   next shipment.
 //!
-//! Only window rules (fixed and sliding windows) are shared. A token bucket's or GCRA's
-//! figure must be the *region's* cumulative consumption, which today's store does not keep
-//! (an outcome's `usage` is how drained the bucket is, not how much it ever gave); a
-//! per-daemon counter would under-count as soon as a region runs two daemons. Global bucket
-//! rules are therefore decided per region, said once at start and counted in
-//! `sluice_gossip_bucket_figures_unshared_total` (docs/regions.md, "Buckets").
+//! Fixed and sliding windows, token buckets and GCRA are shared; sliding logs and
+//! concurrency are not (docs/regions.md). A bucket counts `used` only when the store call
+//! says the rule is shared ([`Remote::shared_bucket`]), which this source does for every
+//! global bucket rule: region-scope buckets keep their smaller state.
 
 use crate::engine::{RemoteSource, UsageSink};
 use crate::metrics::{Exporter, Metrics};
@@ -208,8 +208,14 @@ impl Regions {
 }
 
 impl RemoteSource for Regions {
+    /// Called for global rules only. A bucket's figure is marked shared, so the store counts
+    /// the region's cumulative `used` in the key and returns it as the outcome's `usage`.
     fn remote(&self, key: &str, params: &Params, now: Micros) -> Remote {
-        self.node.remote_for(key, params, now)
+        let r = self.node.remote_for(key, params, now);
+        match params.kind() {
+            Kind::TokenBucket | Kind::Gcra => Remote::shared_bucket(r.cur),
+            _ => r,
+        }
     }
 }
 
@@ -241,7 +247,16 @@ impl UsageSink for Regions {
                             busy,
                         )
                     }
-                    Kind::TokenBucket | Kind::Gcra => self.node.metrics().bucket_unshared(),
+                    // The figure is cumulative; how near its limit the key is (for the
+                    // threshold and the shipping order) is how drained the bucket is.
+                    Kind::TokenBucket | Kind::Gcra => self.node.observe(
+                        &a.key,
+                        &a.params,
+                        a.rule.share_threshold_pct,
+                        now,
+                        o.usage,
+                        o.limit.saturating_sub(o.remaining),
+                    ),
                     Kind::SlidingLog | Kind::Concurrency => {}
                 }
             }
@@ -279,15 +294,6 @@ pub async fn start(
         }
         return Ok(None);
     };
-    for (id, kind) in &global {
-        if matches!(kind, Kind::TokenBucket | Kind::Gcra) {
-            tracing::warn!(
-                rule = %id,
-                algorithm = kind.name(),
-                "global bucket rules are not shared between regions yet: decided per region (docs/regions.md)"
-            );
-        }
-    }
     let mut nc = sluice_gossip::Config::new(&cfg.region, &cfg.daemon_id(), addr);
     nc.advertise_addr = g.advertise_addr;
     nc.seeds = g.seeds.clone();

@@ -3,6 +3,7 @@
 //! The emission interval is rounded up to whole microseconds, so GCRA never admits more than
 //! its rate; at rates where that rounding matters (above ~10,000/s) use `token_bucket`.
 
+use super::token_bucket::{usage, used_after};
 use super::{Outcome, Request, State, probe_cost};
 use crate::time::{Micros, SECOND, div_ceil};
 
@@ -11,22 +12,23 @@ pub(super) fn interval(rate: u64) -> Micros {
     div_ceil(SECOND, rate)
 }
 
-/// TAT at `now` (never in the past), with fresh remote consumption applied.
-fn current(rate: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64) {
+/// TAT at `now` (never in the past), with fresh remote consumption applied; the remote
+/// figure seen; this region's cumulative `used` (0 for a fresh key: a new generation).
+fn current(rate: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
     let t = interval(rate);
-    let (tat, seen) = match state {
-        Some(State::Gcra { tat, seen }) => (*tat, *seen),
-        _ => (req.now, req.remote.cur),
+    let (tat, seen, used) = match state {
+        Some(State::Gcra { tat, seen, used }) => (*tat, *seen, *used),
+        _ => (req.now, req.remote.cur, 0),
     };
     let fresh = req.remote.cur.saturating_sub(seen);
     let tat = tat.max(req.now) + fresh.saturating_mul(t);
-    (tat, seen.max(req.remote.cur))
+    (tat, seen.max(req.remote.cur), used)
 }
 
 pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> Outcome {
     let t = interval(rate);
     let tolerance = t * burst;
-    let (tat, _) = current(rate, state, req);
+    let (tat, _, used) = current(rate, state, req);
     let now = req.now;
     let probe = tat + probe_cost(req.cost) * t;
     if probe - now <= tolerance {
@@ -39,7 +41,12 @@ pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Reque
             reset: after - now,
             retry_after: 0,
             window: tolerance,
-            usage: burst - remaining,
+            usage: usage(
+                used_after(used, req.cost, burst, req),
+                burst,
+                remaining,
+                req,
+            ),
         }
     } else {
         let remaining = tolerance.saturating_sub(tat - now) / t;
@@ -55,7 +62,7 @@ pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Reque
             reset: tat - now,
             retry_after,
             window: tolerance,
-            usage: burst - remaining,
+            usage: usage(used, burst, remaining, req),
         }
     }
 }
@@ -67,10 +74,11 @@ pub(super) fn take(
     req: &Request<'_>,
 ) -> (State, Micros) {
     let t = interval(rate);
-    let (tat, seen) = current(rate, state, req);
+    let (tat, seen, used) = current(rate, state, req);
     // A charged refusal may not push the TAT beyond one full burst of debt.
     let tat = (tat + req.cost * t).min(req.now + t * burst);
-    (State::Gcra { tat, seen }, tat - req.now)
+    let used = used_after(used, req.cost, burst, req);
+    (State::Gcra { tat, seen, used }, tat - req.now)
 }
 
 #[cfg(test)]

@@ -26,6 +26,10 @@ pub const MAX_LIMIT: u64 = 1_000_000_000;
 pub const MAX_LOG_LIMIT: u64 = 10_000;
 /// Token bucket state is kept in micro-tokens: exact refill at microsecond resolution.
 pub const TOKEN_SCALE: u64 = 1_000_000;
+/// Ceiling of a bucket's cumulative `used` (2^53 − 1): Lua holds it exactly. A take adds at
+/// most `burst` (≤ 10^9), so it is only reached after ~9·10^6 full-burst takes in one key
+/// generation; from there the figure stops rising (other regions stop draining for it).
+pub const MAX_USED: u64 = (1 << 53) - 1;
 
 /// How a fixed window is aligned.
 #[derive(Clone, Debug, PartialEq)]
@@ -178,12 +182,30 @@ impl Params {
 /// For windows, `cur` and `prev` are remote counts of the current and previous window. For
 /// token bucket and GCRA, `cur` is the cumulative units other regions consumed (monotone), and
 /// the state remembers how much of it was already drained, so a repeated figure costs nothing.
+///
+/// Buckets have no previous window, so for them `prev` carries a flag instead: nonzero when
+/// the rule's figure is shared, which makes the state count this region's cumulative `used`
+/// (and report it as `Outcome::usage`). The flag travels in the existing field so the store
+/// call (`lua/check.lua`'s `remote.prev` argument) needs no new argument, and region-scope
+/// buckets keep their smaller state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Remote {
     /// Current window count, or cumulative consumption for buckets.
     pub cur: u64,
-    /// Previous window count (sliding window only).
+    /// Previous window count (sliding window); for buckets, nonzero = shared (see above).
     pub prev: u64,
+}
+
+impl Remote {
+    /// A shared bucket's remote figure: other regions' cumulative consumption `cur`.
+    pub fn shared_bucket(cur: u64) -> Remote {
+        Remote { cur, prev: 1 }
+    }
+
+    /// Whether a bucket keeps and reports its cumulative `used` (see the type's docs).
+    pub fn shares_bucket(&self) -> bool {
+        self.prev != 0
+    }
 }
 
 /// The inputs of one evaluation besides state and params.
@@ -214,7 +236,11 @@ pub struct Outcome {
     pub retry_after: Micros,
     /// The policy period (`w`).
     pub window: Micros,
-    /// This region's own usage after the request: the figure the delta shipper shares.
+    /// This region's own usage after the request: the figure the delta shipper shares. For
+    /// windows, the region's count in the window; for a shared token bucket or GCRA
+    /// ([`Remote::shares_bucket`]), its cumulative `used` after the request (a refusal adds
+    /// nothing here even when charged: the charge shows in the next outcome); for an unshared
+    /// bucket, how drained it is (burst − remaining).
     pub usage: u64,
 }
 
@@ -258,6 +284,20 @@ pub fn take(params: &Params, state: Option<&State>, req: &Request<'_>) -> (State
         Params::SlidingLog { limit, window } => sliding_log::take(*limit, *window, state, req),
         Params::Concurrency { limit: _, timeout } => concurrency::take(*timeout, state, req),
     }
+}
+
+/// Whether a shared bucket's stored state lags the remote figure (`remote.cur` above the
+/// state's `seen`): a call that takes nothing then still writes the drained state (a take of
+/// 0), so the drain outlives the key's own refill schedule. Only for an existing state: a
+/// fresh key starts from the figure it hears (see `token_bucket`), so it has no news.
+pub fn remote_news(state: Option<&State>, req: &Request<'_>) -> bool {
+    req.remote.shares_bucket()
+        && match state {
+            Some(State::TokenBucket { seen, .. } | State::Gcra { seen, .. }) => {
+                req.remote.cur > *seen
+            }
+            _ => false,
+        }
 }
 
 /// Frees a concurrency slot. Returns the new state (None when no slot is left) and whether

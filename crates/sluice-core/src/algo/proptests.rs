@@ -157,4 +157,69 @@ proptest! {
         let with_peeks: Vec<(u64, u64)> = s.iter().flat_map(|&(g, c)| [(g, c), (0, 0)]).collect();
         prop_assert_eq!(admitted, run(&p, &with_peeks));
     }
+
+    /// A shared bucket's `used` is what it took in the key's generation: the sum of every
+    /// take (a charged refusal counting at most the burst), monotone until the key expires
+    /// (its TTL passes: the bucket is full), then 0 again; the outcome reports it after the
+    /// request, and sharing changes no decision.
+    #[test]
+    fn shared_buckets_count_their_generation(
+        rate in 1u64..50,
+        burst in 1u64..30,
+        gcra in any::<bool>(),
+        s in prop::collection::vec(
+            (prop_oneof![Just(0u64), 0u64..2_000, 0u64..3 * SECOND], 0u64..40, 0u64..3, any::<bool>()),
+            1..200,
+        ),
+    ) {
+        let p = if gcra {
+            Params::Gcra { rate_per_s: rate, burst }
+        } else {
+            Params::TokenBucket { rate_per_s: rate, burst }
+        };
+        let mut now = 1_700_000_000 * SECOND;
+        type Held = Option<(State, Micros)>;
+        let (mut shared, mut alone): (Held, Held) = (None, None);
+        let mut remote = 0;
+        let mut generation = 0u64;
+        for (gap, cost, more_remote, charge) in s {
+            now += gap;
+            remote += more_remote;
+            // Redis's expiry: a state past its TTL is gone.
+            if shared.as_ref().is_some_and(|(_, exp)| *exp <= now) {
+                shared = None;
+                generation = 0;
+            }
+            if alone.as_ref().is_some_and(|(_, exp)| *exp <= now) {
+                alone = None;
+            }
+            let r = Request { now, cost, request_id: "", remote: Remote::shared_bucket(remote) };
+            let r0 = Request { remote: Remote { cur: remote, prev: 0 }, ..r };
+            let o = evaluate(&p, shared.as_ref().map(|x| &x.0), &r);
+            let o0 = evaluate(&p, alone.as_ref().map(|x| &x.0), &r0);
+            prop_assert_eq!(o.allowed, o0.allowed);
+            prop_assert_eq!(o.remaining, o0.remaining);
+            prop_assert_eq!(o.retry_after, o0.retry_after);
+            prop_assert_eq!(o.usage, if o.allowed { generation + cost } else { generation });
+            if o.allowed || charge {
+                let (st, ttl) = take(&p, shared.as_ref().map(|x| &x.0), &r);
+                let (st0, ttl0) = take(&p, alone.as_ref().map(|x| &x.0), &r0);
+                prop_assert_eq!(ttl, ttl0);
+                generation += cost.min(burst);
+                let used = match &st {
+                    State::TokenBucket { used, .. } | State::Gcra { used, .. } => *used,
+                    _ => unreachable!("a bucket's state"),
+                };
+                prop_assert_eq!(used, generation);
+                prop_assert!(used <= MAX_USED);
+                let back = State::decode(p.kind(), &st.encode());
+                prop_assert_eq!(back.as_ref(), Ok(&st));
+                if let State::TokenBucket { used, .. } | State::Gcra { used, .. } = &st0 {
+                    prop_assert_eq!(*used, 0);
+                }
+                shared = (ttl > 0).then_some((st, now + ttl));
+                alone = (ttl0 > 0).then_some((st0, now + ttl0));
+            }
+        }
+    }
 }

@@ -10,7 +10,8 @@ use crate::time::Micros;
 /// The mutable part of one (rule, identity) counter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
-    /// Micro-tokens left at `ts`; `seen` is the remote consumption already drained.
+    /// Micro-tokens left at `ts`; `seen` is the remote consumption already drained, `used`
+    /// this region's own cumulative consumption (kept only for shared rules).
     TokenBucket {
         /// Micro-tokens (tokens × 10^6).
         tokens: u64,
@@ -18,6 +19,9 @@ pub enum State {
         ts: Micros,
         /// Cumulative remote units already drained.
         seen: u64,
+        /// Units this region took since the key was created (its *generation*): the
+        /// monotone figure other regions drain. 0, and not encoded, for unshared rules.
+        used: u64,
     },
     /// Theoretical arrival time.
     Gcra {
@@ -25,6 +29,8 @@ pub enum State {
         tat: Micros,
         /// Cumulative remote units already applied.
         seen: u64,
+        /// Units this region took in this generation of the key (see `TokenBucket::used`).
+        used: u64,
     },
     /// Count in the window starting at `start`.
     FixedWindow {
@@ -78,11 +84,27 @@ impl State {
     }
 
     /// Space-separated integers (ids of concurrency slots may not contain spaces).
+    ///
+    /// A bucket's `used` is written only when nonzero, so a region-scope bucket (which never
+    /// counts it) keeps today's size: "tokens ts seen" and "tat seen". `lua/check.lua` writes
+    /// the same fields (and shortens a GCRA to "tat" when `seen` and `used` are 0).
     pub fn encode(&self) -> String {
         let nums = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
         match self {
-            State::TokenBucket { tokens, ts, seen } => nums(&[*tokens, *ts, *seen]),
-            State::Gcra { tat, seen } => nums(&[*tat, *seen]),
+            State::TokenBucket {
+                tokens,
+                ts,
+                seen,
+                used: 0,
+            } => nums(&[*tokens, *ts, *seen]),
+            State::TokenBucket {
+                tokens,
+                ts,
+                seen,
+                used,
+            } => nums(&[*tokens, *ts, *seen, *used]),
+            State::Gcra { tat, seen, used: 0 } => nums(&[*tat, *seen]),
+            State::Gcra { tat, seen, used } => nums(&[*tat, *seen, *used]),
             State::FixedWindow { start, count } => nums(&[*start, *count]),
             State::SlidingWindow { start, cur, prev } => nums(&[*start, *cur, *prev]),
             State::SlidingLog { entries } => nums(entries),
@@ -109,26 +131,34 @@ impl State {
                 })
                 .collect()
         };
-        let exact = |n: usize| -> Result<Vec<u64>, DecodeError> {
-            if fields.len() != n {
-                return Err(err(format!("expected {n} fields, got {}", fields.len())));
+        let between = |lo: usize, hi: usize| -> Result<Vec<u64>, DecodeError> {
+            if fields.len() < lo || fields.len() > hi {
+                return Err(err(format!(
+                    "expected {lo} to {hi} fields, got {}",
+                    fields.len()
+                )));
             }
             nums(&fields)
         };
+        let exact = |n: usize| between(n, n);
+        // A missing trailing field is 0 (see `encode`).
+        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
         Ok(match kind {
             Kind::TokenBucket => {
-                let v = exact(3)?;
+                let v = between(3, 4)?;
                 State::TokenBucket {
                     tokens: v[0],
                     ts: v[1],
                     seen: v[2],
+                    used: at(&v, 3),
                 }
             }
             Kind::Gcra => {
-                let v = exact(2)?;
+                let v = between(1, 3)?;
                 State::Gcra {
                     tat: v[0],
-                    seen: v[1],
+                    seen: at(&v, 1),
+                    used: at(&v, 2),
                 }
             }
             Kind::FixedWindow => {
@@ -178,9 +208,50 @@ mod tests {
         assert!(State::decode(Kind::FixedWindow, "x 2").is_err());
         assert!(State::decode(Kind::SlidingLog, "5 3").is_err());
         assert!(State::decode(Kind::Concurrency, "a 1").is_err());
+        assert!(State::decode(Kind::TokenBucket, "1 2 3 4 5").is_err());
+        assert!(State::decode(Kind::Gcra, "1 2 3 4").is_err());
         assert_eq!(
             State::decode(Kind::Gcra, "10 0"),
-            Ok(State::Gcra { tat: 10, seen: 0 })
+            Ok(State::Gcra {
+                tat: 10,
+                seen: 0,
+                used: 0
+            })
         );
+        assert_eq!(
+            State::decode(Kind::Gcra, "10"),
+            Ok(State::Gcra {
+                tat: 10,
+                seen: 0,
+                used: 0
+            })
+        );
+    }
+
+    #[test]
+    fn used_is_written_only_when_nonzero() {
+        let regional = State::TokenBucket {
+            tokens: 5,
+            ts: 7,
+            seen: 0,
+            used: 0,
+        };
+        assert_eq!(regional.encode(), "5 7 0");
+        let shared = State::TokenBucket {
+            tokens: 5,
+            ts: 7,
+            seen: 2,
+            used: 9,
+        };
+        assert_eq!(shared.encode(), "5 7 2 9");
+        let gcra = State::Gcra {
+            tat: 3,
+            seen: 0,
+            used: 4,
+        };
+        assert_eq!(gcra.encode(), "3 0 4");
+        for s in [regional, shared, gcra] {
+            assert_eq!(State::decode(s.kind(), &s.encode()), Ok(s.clone()));
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! micro-tokens per microsecond: no rounding, ever. Absent state is a full bucket, so a key
 //! expires as soon as its bucket is full again.
 
-use super::{Outcome, Request, State, TOKEN_SCALE, probe_cost};
+use super::{MAX_USED, Outcome, Request, State, TOKEN_SCALE, probe_cost};
 use crate::time::{Micros, div_ceil};
 
 /// Time for an empty bucket to fill.
@@ -12,11 +12,33 @@ pub(super) fn full_period(rate: u64, burst: u64) -> Micros {
     div_ceil(burst * TOKEN_SCALE, rate)
 }
 
-/// Tokens at `now` (refilled, remote consumption drained) and the remote figure seen.
-fn current(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> (u64, Micros, u64) {
+/// This generation's cumulative consumption after a take of `cost`: a charged refusal can
+/// drain at most the whole bucket, so a take counts at most `burst` (which also keeps the
+/// figure's growth bounded). Unshared rules never count it.
+pub(super) fn used_after(used: u64, cost: u64, burst: u64, req: &Request<'_>) -> u64 {
+    if req.remote.shares_bucket() {
+        used.saturating_add(cost.min(burst)).min(MAX_USED)
+    } else {
+        used
+    }
+}
+
+/// Tokens at `now` (refilled, remote consumption drained), the remote figure seen, and this
+/// region's cumulative `used` (0 when the key is fresh: a new generation).
+fn current(
+    rate: u64,
+    burst: u64,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> (u64, Micros, u64, u64) {
     let cap = burst * TOKEN_SCALE;
-    let (mut tokens, ts, seen) = match state {
-        Some(State::TokenBucket { tokens, ts, seen }) => {
+    let (mut tokens, ts, seen, used) = match state {
+        Some(State::TokenBucket {
+            tokens,
+            ts,
+            seen,
+            used,
+        }) => {
             let tokens = (*tokens).min(cap);
             let elapsed = req.now.saturating_sub(*ts);
             let missing = cap - tokens;
@@ -25,18 +47,27 @@ fn current(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> (
             } else {
                 tokens + elapsed * rate
             };
-            (tokens, (*ts).max(req.now), *seen)
+            (tokens, (*ts).max(req.now), *seen, *used)
         }
-        _ => (cap, req.now, req.remote.cur),
+        _ => (cap, req.now, req.remote.cur, 0),
     };
     let fresh = req.remote.cur.saturating_sub(seen);
     tokens = tokens.saturating_sub(fresh.saturating_mul(TOKEN_SCALE));
-    (tokens, ts, seen.max(req.remote.cur))
+    (tokens, ts, seen.max(req.remote.cur), used)
+}
+
+/// `Outcome::usage`: the cumulative figure for a shared rule, how drained otherwise.
+pub(super) fn usage(used: u64, burst: u64, remaining: u64, req: &Request<'_>) -> u64 {
+    if req.remote.shares_bucket() {
+        used
+    } else {
+        burst - remaining
+    }
 }
 
 pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> Outcome {
     let cap = burst * TOKEN_SCALE;
-    let (tokens, _, _) = current(rate, burst, state, req);
+    let (tokens, _, _, used) = current(rate, burst, state, req);
     let need = probe_cost(req.cost) * TOKEN_SCALE;
     let window = full_period(rate, burst);
     if need <= tokens {
@@ -49,7 +80,12 @@ pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Reque
             reset: div_ceil(cap - after, rate),
             retry_after: 0,
             window,
-            usage: burst - remaining,
+            usage: usage(
+                used_after(used, req.cost, burst, req),
+                burst,
+                remaining,
+                req,
+            ),
         }
     } else {
         let remaining = tokens / TOKEN_SCALE;
@@ -65,7 +101,7 @@ pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Reque
             reset: div_ceil(cap - tokens, rate),
             retry_after,
             window,
-            usage: burst - remaining,
+            usage: usage(used, burst, remaining, req),
         }
     }
 }
@@ -77,10 +113,16 @@ pub(super) fn take(
     req: &Request<'_>,
 ) -> (State, Micros) {
     let cap = burst * TOKEN_SCALE;
-    let (tokens, ts, seen) = current(rate, burst, state, req);
+    let (tokens, ts, seen, used) = current(rate, burst, state, req);
     let tokens = tokens.saturating_sub(req.cost * TOKEN_SCALE);
+    let used = used_after(used, req.cost, burst, req);
     (
-        State::TokenBucket { tokens, ts, seen },
+        State::TokenBucket {
+            tokens,
+            ts,
+            seen,
+            used,
+        },
         div_ceil(cap - tokens, rate),
     )
 }
@@ -141,6 +183,35 @@ mod tests {
         // The same remote figure again drains nothing more.
         let (s, _) = take(&p, Some(&s), &r(5));
         assert_eq!(evaluate(&p, Some(&s), &r(5)).remaining, 1);
+    }
+
+    #[test]
+    fn a_shared_bucket_counts_what_it_took() {
+        let p = Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 10,
+        };
+        let r = |cost, shared| Request {
+            now: 0,
+            cost,
+            request_id: "",
+            remote: if shared {
+                Remote::shared_bucket(0)
+            } else {
+                Remote::default()
+            },
+        };
+        // Unshared: usage is how drained, nothing counted in the state.
+        let (s, _) = take(&p, None, &r(3, false));
+        assert_eq!(evaluate(&p, Some(&s), &r(1, false)).usage, 4);
+        assert!(matches!(s, State::TokenBucket { used: 0, .. }));
+        // Shared: the cumulative figure, after the request.
+        let (s, _) = take(&p, None, &r(3, true));
+        assert_eq!(evaluate(&p, Some(&s), &r(2, true)).usage, 5);
+        // A charged refusal counts at most the burst.
+        let (s, _) = take(&p, Some(&s), &r(1_000, true));
+        assert!(matches!(s, State::TokenBucket { used: 13, .. }));
+        assert_eq!(evaluate(&p, Some(&s), &r(1, true)).usage, 13);
     }
 
     #[test]
