@@ -183,9 +183,10 @@ impl RateLimitService {
         if d.is_negative_hits {
             return Ok(Decision::unlimited(self.engine.rules.version()));
         }
-        let (pairs, keys) = descriptors(d.entries);
+        let (pairs, keys_len) = descriptors(d.entries);
         let r = match d.limit {
             Some(limit) => {
+                let keys = pairs[..keys_len].iter().map(|(k, _)| k.clone()).collect();
                 self.with_override(domain, index, pairs, keys, &limit, cost)
                     .await
             }
@@ -294,7 +295,10 @@ impl Outcome {
     /// The decision for the whole request, as if one check had seen every policy: refused if
     /// any descriptor was (the longest wait wins), `UNAVAILABLE` if one could not be decided,
     /// and the policies of all descriptors, each rule id once (its most restrictive status).
-    pub fn combined(&self) -> Decision {
+    pub fn combined(&self) -> std::borrow::Cow<'_, Decision> {
+        if let [one] = self.decisions.as_slice() {
+            return std::borrow::Cow::Borrowed(one);
+        }
         let version = self
             .decisions
             .iter()
@@ -330,7 +334,7 @@ impl Outcome {
             out.retry_after_ms = d.retry_after_ms;
             out.decided_by = d.decided_by.clone();
         }
-        out
+        std::borrow::Cow::Owned(out)
     }
 
     /// The wire response, or the gRPC status Envoy should see.
@@ -381,13 +385,13 @@ fn header(key: &str, value: String) -> HeaderValue {
     }
 }
 
-/// An Envoy descriptor's entries as Sluice descriptors plus [`KEYS_DESCRIPTOR`], and the
-/// (renamed) keys in order.
+/// An Envoy descriptor's entries as Sluice descriptors (renamed keys, in order) followed by
+/// [`KEYS_DESCRIPTOR`], and how many of them are entries.
 pub fn descriptors(
     entries: Vec<
         sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry,
     >,
-) -> (Vec<(String, String)>, Vec<String>) {
+) -> (Vec<(String, String)>, usize) {
     let mut pairs: Vec<(String, String)> = Vec::with_capacity(entries.len() + 1);
     let mut path = String::new();
     for (i, e) in entries.into_iter().enumerate() {
@@ -406,9 +410,9 @@ pub fn descriptors(
         };
         pairs.push((key, e.value));
     }
-    let keys = pairs.iter().map(|(k, _)| k.clone()).collect();
+    let n = pairs.len();
     pairs.push((KEYS_DESCRIPTOR.to_string(), path));
-    (pairs, keys)
+    (pairs, n)
 }
 
 fn is_repeat_suffix(s: &str) -> bool {
@@ -811,7 +815,8 @@ rules:
             value: v.to_string(),
         })
         .collect();
-        let (pairs, keys) = descriptors(entries);
+        let (pairs, n) = descriptors(entries);
+        let keys: Vec<&str> = pairs[..n].iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             keys,
             vec!["generic_key", "generic_key.2", "user", "generic_key.3"]
