@@ -3,10 +3,11 @@
 //! - Closed loop: `concurrency` workers, each sending its next request when the last one
 //!   answered. Finds the saturation throughput; its latencies hide queueing by design.
 //! - Open loop: requests are due at a fixed rate, `start + i / rate`, whether or not earlier
-//!   ones have answered; a pool of `concurrency` workers takes them from one queue, and each
-//!   latency is measured from the request's *intended* send time. A stalled server therefore
-//!   shows up in the percentiles instead of silently slowing the load (coordinated omission
-//!   corrected, as in wrk2).
+//!   ones have answered. A dedicated thread keeps that schedule (tokio's millisecond timer
+//!   would send late) and starts each request as its own task; at most `concurrency` are in
+//!   flight, and each latency is measured from the request's *intended* send time, so time
+//!   spent waiting for a slot or behind a stalled server shows up in the percentiles instead
+//!   of silently slowing the load (coordinated omission corrected, as in wrk2).
 //!
 //! Both stop at a deadline and, if given, after a number of requests; requests started in
 //! the warm-up are answered but not measured.
@@ -18,7 +19,6 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 
 /// Largest latency recorded; slower answers are clamped to it.
 const MAX_LATENCY_NS: u64 = 60_000_000_000;
@@ -211,6 +211,70 @@ fn record(
     }
 }
 
+/// What the open loop's request tasks share.
+struct Open {
+    /// Requests in flight at most (`--concurrency`); waiting for a slot counts as latency.
+    sem: Arc<tokio::sync::Semaphore>,
+    /// Idle clients (HTTP keep-alive connections; cheap handles over `chans` for gRPC).
+    pool: Mutex<Vec<Client>>,
+    chans: Vec<tonic::transport::Channel>,
+    in_flight: AtomicU64,
+}
+
+/// One open-loop request, due at `due`: waits for a slot, sends, records from `due`.
+async fn open_request(
+    open: Arc<Open>,
+    shared: Arc<Shared>,
+    shape: Arc<Shape>,
+    dist: Dist,
+    (seed, i, due, timeout): (u64, u64, Instant, Duration),
+) {
+    let permit = open.sem.clone().acquire_owned().await;
+    if permit.is_ok() && !shared.stop.load(Ordering::Relaxed) {
+        shared.started.fetch_add(1, Ordering::Relaxed);
+        let pooled = open.pool.lock().ok().and_then(|mut p| p.pop());
+        let client = match pooled {
+            Some(c) => Ok(c),
+            None => Client::new(
+                &shape,
+                open.chans
+                    .get(i as usize % open.chans.len().max(1))
+                    .cloned(),
+            ),
+        };
+        match client {
+            Ok(mut client) => {
+                // The i-th key is the same whichever task sends it.
+                let mut key = String::new();
+                key_string(
+                    &mut key,
+                    &shape.key_prefix,
+                    dist.sample(&mut Rng::new(seed, i)),
+                );
+                let r = one(&mut client, &shape, &key, timeout, &shared).await;
+                if let Ok(mut p) = open.pool.lock() {
+                    p.push(client);
+                }
+                let mut batch = Vec::with_capacity(1);
+                record(&shared, &mut batch, r, due, due >= shared.measure_from);
+                shared.merge(&mut batch);
+            }
+            Err(e) => {
+                note_error(&shared, format!("{e:#}"));
+                record(
+                    &shared,
+                    &mut Vec::new(),
+                    Err(()),
+                    due,
+                    due >= shared.measure_from,
+                );
+            }
+        }
+    }
+    drop(permit);
+    open.in_flight.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// Runs the plan to its end.
 pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
     anyhow::ensure!(plan.concurrency > 0, "--concurrency must be at least 1");
@@ -242,7 +306,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
     });
 
     let mut workers = Vec::with_capacity(plan.concurrency);
-    let mut scheduled = 0u64;
+
     let unsent;
     match plan.mode {
         Mode::Closed => {
@@ -284,67 +348,72 @@ pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
                 rate.is_finite() && rate > 0.0,
                 "--rate must be a positive number"
             );
-            let (tx, rx) = mpsc::channel::<(Instant, u64)>(65_536);
-            let rx = Arc::new(tokio::sync::Mutex::new(rx));
-            for w in 0..plan.concurrency {
-                let mut client = Client::new(&shape, chans.get(w % chans.len().max(1)).cloned())?;
-                let (shared, shape, dist, rx) =
-                    (shared.clone(), shape.clone(), plan.dist.clone(), rx.clone());
-                let (seed, timeout) = (plan.seed, plan.timeout);
-                workers.push(tokio::spawn(async move {
-                    let mut key = String::new();
-                    let mut batch = Vec::with_capacity(BATCH);
-                    loop {
-                        let next = { rx.lock().await.recv().await };
-                        let Some((due, i)) = next else { break };
-                        if shared.stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        shared.started.fetch_add(1, Ordering::Relaxed);
-                        // The i-th key is the same whichever worker sends it.
-                        let mut rng = Rng::new(seed, i);
-                        key_string(&mut key, &shape.key_prefix, dist.sample(&mut rng));
-                        let r = one(&mut client, &shape, &key, timeout, &shared).await;
-                        record(&shared, &mut batch, r, due, due >= shared.measure_from);
-                        if batch.len() >= BATCH / 4 {
-                            shared.merge(&mut batch);
-                        }
-                    }
-                    shared.merge(&mut batch);
-                }));
-            }
             let window = plan.warmup + plan.duration;
             let mut total = (window.as_secs_f64() * rate).floor() as u64;
             if let Some(max) = plan.max_requests {
                 total = total.min(max);
             }
-            let interval = 1e9 / rate;
-            'dispatch: while scheduled < total {
-                let now = Instant::now();
-                if now >= end {
-                    break;
-                }
-                let due_now =
-                    (((now - start).as_nanos() as f64 / interval).floor() as u64 + 1).min(total);
-                while scheduled < due_now {
-                    let at = start + Duration::from_nanos((scheduled as f64 * interval) as u64);
-                    if tx.send((at, scheduled)).await.is_err() {
-                        break 'dispatch;
+            let open = Arc::new(Open {
+                sem: Arc::new(tokio::sync::Semaphore::new(plan.concurrency)),
+                pool: Mutex::new(Vec::new()),
+                chans: chans.clone(),
+                in_flight: AtomicU64::new(0),
+            });
+            // A dedicated thread keeps the schedule: tokio's timer has millisecond
+            // granularity, which at these rates would send requests up to 1 ms late and
+            // charge that to the server.
+            let dispatch = {
+                let (open, shared, shape, dist) = (
+                    open.clone(),
+                    shared.clone(),
+                    shape.clone(),
+                    plan.dist.clone(),
+                );
+                let (seed, timeout) = (plan.seed, plan.timeout);
+                let handle = tokio::runtime::Handle::current();
+                tokio::task::spawn_blocking(move || {
+                    let interval = 1e9 / rate;
+                    let mut i = 0u64;
+                    while i < total {
+                        let due = start + Duration::from_nanos((i as f64 * interval) as u64);
+                        let now = Instant::now();
+                        if due > now {
+                            std::thread::sleep(due - now);
+                        }
+                        if Instant::now() >= end {
+                            break;
+                        }
+                        // Everything already due goes out now, each with its own send time.
+                        let now = Instant::now();
+                        while i < total
+                            && start + Duration::from_nanos((i as f64 * interval) as u64) <= now
+                        {
+                            let due = start + Duration::from_nanos((i as f64 * interval) as u64);
+                            open.in_flight.fetch_add(1, Ordering::Relaxed);
+                            handle.spawn(open_request(
+                                open.clone(),
+                                shared.clone(),
+                                shape.clone(),
+                                dist.clone(),
+                                (seed, i, due, timeout),
+                            ));
+                            i += 1;
+                        }
                     }
-                    scheduled += 1;
-                }
-                let next = start + Duration::from_nanos((scheduled as f64 * interval) as u64);
-                tokio::time::sleep_until(next.into()).await;
-            }
+                    i
+                })
+            };
+            let scheduled = dispatch.await?;
             if scheduled < total || Instant::now() >= end {
-                // Requests still queued at the deadline are not sent: the server fell behind.
+                // Requests still waiting for a slot at the deadline are not sent: the server
+                // fell behind the offered rate.
                 tokio::time::sleep_until(end.into()).await;
                 shared.stop.store(true, Ordering::Relaxed);
             }
-            // Otherwise --requests ended the run early: the workers finish the queue.
-            drop(tx);
-            for w in workers {
-                w.await?;
+            // Otherwise --requests ended the run early: the requests in flight finish.
+            let drain_until = Instant::now() + plan.timeout + Duration::from_secs(1);
+            while open.in_flight.load(Ordering::Relaxed) > 0 && Instant::now() < drain_until {
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
             unsent = scheduled.saturating_sub(shared.started.load(Ordering::Relaxed));
         }
