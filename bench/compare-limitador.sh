@@ -15,7 +15,9 @@
 #
 # Env: LIMITADOR (instead of the first argument), SLUICED, BENCH, SERVER_CPU / LOAD_CPU
 # (default 0 / 1), SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("16 64 256"),
-# KEYS (10000 users), RATE (fixed offered rate instead of half the slower saturation).
+# KEYS (10000 users), RATE (fixed offered rate instead of half the slower saturation),
+# HEADERS (on: both answer with rate limit headers, Limitador with --rate-limit-headers
+# DRAFT_VERSION_03, the same work; off: neither does, sluiced with envoy.response_headers off).
 source "$(dirname "$0")/common.sh"
 
 LIMITADOR="${LIMITADOR:-${1:-}}"
@@ -46,6 +48,15 @@ cat >"$WORK/limitador-limits.yaml" <<'LIMITS'
     - descriptors[0].user
 LIMITS
 
+HEADERS="${HEADERS:-on}"
+if [ "$HEADERS" = on ]; then
+  printf 'log: warn\n' >"$WORK/sluiced.yaml"
+  LIMITADOR_HEADERS=(--rate-limit-headers DRAFT_VERSION_03)
+else
+  printf 'log: warn\nenvoy: { response_headers: false, raw_body: false }\n' >"$WORK/sluiced.yaml"
+  LIMITADOR_HEADERS=()
+fi
+
 REDIS_PORT="$(free_port)"
 start_redis "$REDIS_PORT"
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
@@ -53,13 +64,13 @@ REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 start_server() { # start_server sluice|limitador STORE GRPC_PORT HTTP_PORT -> pid on stdout
   local who="$1" store="$2" grpc="$3" http="$4"
   if [ "$who" = sluice ]; then
-    local args=(--rules "$WORK/sluice-rules.yaml" --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http")
+    local args=(--config "$WORK/sluiced.yaml" --rules "$WORK/sluice-rules.yaml" --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http")
     # A generous store deadline: a Redis decision is not silently replaced by a local one.
     [ "$store" = redis ] && args+=(--redis "$REDIS_URL" --store-timeout-ms 200)
     RUST_LOG=warn pin "$SERVER_CPU" "$SLUICED" "${args[@]}" >"$WORK/$who-$store.log" 2>&1 &
   else
     local args=(--rls-ip 127.0.0.1 --rls-port "$grpc" --http-ip 127.0.0.1 --http-port "$http"
-      "$WORK/limitador-limits.yaml")
+      "${LIMITADOR_HEADERS[@]}" "$WORK/limitador-limits.yaml")
     if [ "$store" = redis ]; then args+=(redis "$REDIS_URL"); else args+=(memory --cache $((KEYS * 4))); fi
     pin "$SERVER_CPU" "$LIMITADOR" "${args[@]}" >"$WORK/$who-$store.log" 2>&1 &
   fi
@@ -103,24 +114,26 @@ for store in "${STORES[@]}"; do
     echo "  p50 $(field "${LAT[$who-$store]}" latency_us.p50) us, p99 $(field "${LAT[$who-$store]}" latency_us.p99) us, store errors $errs" >&2
     stop "$pid"
     [ $first = 1 ] || echo "," >>"$OUT"; first=0
-    printf '{"server":"%s","store":"%s","saturation":%s,"fixed_rate":%s,"store_errors":%s}\n' \
-      "$who" "$store" "${SAT[$who-$store]}" "${LAT[$who-$store]}" "$errs" >>"$OUT"
+    printf '{"server":"%s","store":"%s","headers":"%s","saturation":%s,"fixed_rate":%s,"store_errors":%s}\n' \
+      "$who" "$store" "$HEADERS" "${SAT[$who-$store]}" "${LAT[$who-$store]}" "$errs" >>"$OUT"
   done
 done
 echo "]" >>"$OUT"
 
-python3 - "$OUT" <<'PY'
-import json, sys
+WARMUP="${WARMUP:-2}" python3 - "$OUT" <<'PY'
+import json, os, sys
 rows = json.load(open(sys.argv[1]))
 by = {(r["server"], r["store"]): r for r in rows}
-print("| store | server | decisions/s at saturation | offered rate | p50 µs | p99 µs | errors |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+print("| store | server | decisions/s at saturation | per server CPU-second | offered rate | p50 µs | p99 µs | server CPU µs/decision at that rate | errors |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for store in dict.fromkeys(r["store"] for r in rows):
     for who in ("sluice", "limitador"):
         r = by.get((who, store))
         if not r: continue
         s, f = r["saturation"], r["fixed_rate"]
-        print(f"| {store} | {who} | {s['decisions_per_s']:.0f} | {f['offered_rate']:.0f} | {f['latency_us']['p50']} | {f['latency_us']['p99']} | {s['errors'] + f['errors']} |")
+        n = (f["allowed"] + f["denied"]) * (1 + float(os.environ.get("WARMUP", "2")) / max(f["seconds"], 1e-9))
+        us = f"{1e6 * f['server_cpu_s'] / n:.1f}" if f.get("server_cpu_s") and n else "-"
+        print(f"| {store} | {who} | {s['decisions_per_s']:.0f} | {s.get('decisions_per_cpu_s') or '-'} | {f['offered_rate']:.0f} | {f['latency_us']['p50']} | {f['latency_us']['p99']} | {us} | {s['errors'] + f['errors']} |")
 for store in dict.fromkeys(r["store"] for r in rows):
     s, l = by.get(("sluice", store)), by.get(("limitador", store))
     if s and l:
