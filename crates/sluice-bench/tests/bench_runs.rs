@@ -16,8 +16,18 @@ rules:
 
 struct Running {
     _daemon: Daemon,
+    _dir: Scratch,
     http: SocketAddr,
     grpc: SocketAddr,
+}
+
+/// The rules file's directory, removed when the test ends.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn start() -> Running {
@@ -50,6 +60,7 @@ fn start() -> Running {
         .expect("sluiced becomes healthy");
     Running {
         _daemon: daemon,
+        _dir: Scratch(dir),
         http,
         grpc,
     }

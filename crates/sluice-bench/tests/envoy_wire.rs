@@ -37,8 +37,17 @@ rules:
 
 struct Running {
     _daemon: Daemon,
-    _dir: std::path::PathBuf,
+    _dir: Scratch,
     grpc: SocketAddr,
+}
+
+/// The rules file's directory, removed when the test ends.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn start() -> Running {
@@ -72,7 +81,7 @@ fn start() -> Running {
         .expect("sluiced becomes healthy");
     Running {
         _daemon: daemon,
-        _dir: dir,
+        _dir: Scratch(dir),
         grpc,
     }
 }
