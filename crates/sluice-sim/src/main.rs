@@ -262,7 +262,7 @@ fn cmd_sweep(c: &Common, param: &str) -> Result<()> {
                     ]);
                 }
             }
-            out.push_str(&pad(&cells));
+            out.push_str(&report::pad(&cells, 2));
         }
         Format::Json => {
             let all: Vec<serde_json::Value> = rows
@@ -330,35 +330,6 @@ fn sweep_csv(name: &str, values: &[String], rows: &[(f64, Report, Scenario)]) ->
                 conv.map_or(String::new(), |c| trim(c, 6))
             );
         }
-    }
-    out
-}
-
-fn pad(cells: &[Vec<String>]) -> String {
-    let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            cells
-                .iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in cells {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            let w = widths[c];
-            if c <= 1 {
-                let _ = write!(line, "{}{cell:<w$}", if c == 0 { "" } else { "  " });
-            } else {
-                let _ = write!(line, "  {cell:>w$}");
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
     }
     out
 }

@@ -338,7 +338,8 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
-fn pad(cells: &[Vec<String>]) -> String {
+/// Aligns a table: the first `left` columns left-aligned, the rest right-aligned (numbers).
+pub fn pad(cells: &[Vec<String>], left: usize) -> String {
     let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -355,10 +356,11 @@ fn pad(cells: &[Vec<String>]) -> String {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
             let w = widths[c];
-            if c == 0 {
-                let _ = write!(line, "{cell:<w$}");
+            let sep = if c == 0 { "" } else { "  " };
+            if c < left {
+                let _ = write!(line, "{sep}{cell:<w$}");
             } else {
-                let _ = write!(line, "  {cell:>w$}");
+                let _ = write!(line, "{sep}{cell:>w$}");
             }
         }
         out.push_str(line.trim_end());
@@ -462,7 +464,7 @@ pub fn table(r: &Report) -> String {
             )),
     );
     out.push('\n');
-    out.push_str(&pad(&rule_rows(&r.rules)));
+    out.push_str(&pad(&rule_rows(&r.rules), 1));
     out.push('\n');
     let g = &r.gossip;
     let by_region: Vec<String> = r
