@@ -140,7 +140,9 @@ end
 ---------------------------------------------------------------------------------------------
 -- token_bucket: "tokens ts seen" (micro-tokens, µs, cumulative remote units drained), then
 -- " used" (units this region took in the key's generation) only when used > 0, which only a
--- shared rule counts: a region-scope bucket keeps its three fields.
+-- shared rule counts. An unshared bucket whose tokens are a whole number of µs of refill is
+-- written as "ts" alone: 0 tokens at the instant it was empty (core: token_bucket::normalize),
+-- one integer, which Redis keeps inside the key's object (72 B a key instead of 104).
 --
 -- For buckets the item's remote.prev is a flag, nonzero when the rule's figure is shared
 -- (core: Remote::shares_bucket); buckets have no previous window.
@@ -173,9 +175,13 @@ local function tb_load(key, ki)
         a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
         d = '0'
     end
+    if a == nil then
+        b = string.match(v, '^(%d+)$')
+        a, c, d = '0', '0', '0'
+    end
     local tokens, ts, seen, used = uint(a), uint(b), uint(c), uint(d)
     if tokens == nil or ts == nil or seen == nil or used == nil then
-        return nil, corrupt(ki, 'token bucket value ' .. string.format('%q', v) .. ' is not "tokens ts seen [used]"')
+        return nil, corrupt(ki, 'token bucket value ' .. string.format('%q', v) .. ' is not "ts" or "tokens ts seen [used]"')
     end
     return { tokens, ts, seen, used }, nil
 end
@@ -232,9 +238,15 @@ local function tb_take(it, st, now, cost)
     local tokens, ts, seen, used = tb_current(rate, burst, st, now, it.rcur)
     tokens = sat(tokens - cost * SCALE)
     used = used_after(it, used, cost)
-    local value = fmt(tokens) .. ' ' .. fmt(ts) .. ' ' .. fmt(seen)
-    if used > 0 then
-        value = value .. ' ' .. fmt(used)
+    local value
+    local back = idiv(tokens, rate)
+    if seen == 0 and used == 0 and back * rate == tokens and back <= ts then
+        value = fmt(ts - back)
+    else
+        value = fmt(tokens) .. ' ' .. fmt(ts) .. ' ' .. fmt(seen)
+        if used > 0 then
+            value = value .. ' ' .. fmt(used)
+        end
     end
     put_string(it.key, value, ceil_div(cap - tokens, rate))
 end

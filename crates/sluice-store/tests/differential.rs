@@ -60,7 +60,12 @@ fn small_or_big(rng: &mut Rng, small: u64, big: u64) -> u64 {
 fn gen_params(rng: &mut Rng, alg: Alg) -> Params {
     match alg {
         Alg::Tb => Params::TokenBucket {
-            rate_per_s: small_or_big(rng, 50, 1_000_000),
+            // Rates dividing 10^6 (most configured ones) store one integer; others don't.
+            rate_per_s: if rng.chance(40) {
+                [1, 2, 5, 10, 20, 25, 100, 1_000][rng.range(0, 7) as usize]
+            } else {
+                small_or_big(rng, 50, 1_000_000)
+            },
             burst: small_or_big(rng, 30, 1_000_000),
         },
         Alg::Gcra => Params::Gcra {
@@ -272,6 +277,8 @@ struct Tally {
     item_checks: u64,
     refused: u64,
     by_alg: [u64; 7],
+    /// Token bucket states stored as one integer (the normalized form) and with fields.
+    tb_forms: [u64; 2],
 }
 
 /// Runs one call through the script (in MULTI/EXEC with PTTL and PERSIST of its keys) and
@@ -419,6 +426,12 @@ fn run_sequence(
                 item.key,
                 ctx()
             );
+            if let Some(State::TokenBucket {
+                tokens, seen, used, ..
+            }) = &in_core
+            {
+                tally.tb_forms[usize::from(*tokens != 0 || *seen != 0 || *used != 0)] += 1;
+            }
             tally.by_alg[ALL
                 .iter()
                 .position(|a| *a == alg_of(&item.params))
@@ -554,5 +567,7 @@ fn lua_and_rust_agree_on_random_sequences() {
             "{tally:?}"
         );
         assert!(tally.by_alg.iter().all(|n| *n > 1_000), "{tally:?}");
+        // Both ways a bucket is stored were compared, many times each.
+        assert!(tally.tb_forms.iter().all(|n| *n > 200), "{tally:?}");
     }
 }

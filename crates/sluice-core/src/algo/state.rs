@@ -87,10 +87,18 @@ impl State {
     ///
     /// A bucket's `used` is written only when nonzero, so a region-scope bucket (which never
     /// counts it) keeps today's size: "tokens ts seen" and "tat seen". `lua/check.lua` writes
-    /// the same fields (and shortens a GCRA to "tat" when `seen` and `used` are 0).
+    /// the same fields, shortens a GCRA to "tat" when `seen` and `used` are 0, and a token
+    /// bucket holding no tokens, nothing seen or used (the normalized form) to "ts": one
+    /// integer, which Redis stores inside the key's object.
     pub fn encode(&self) -> String {
         let nums = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
         match self {
+            State::TokenBucket {
+                tokens: 0,
+                ts,
+                seen: 0,
+                used: 0,
+            } => ts.to_string(),
             State::TokenBucket {
                 tokens,
                 ts,
@@ -145,12 +153,22 @@ impl State {
         let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
         Ok(match kind {
             Kind::TokenBucket => {
-                let v = between(3, 4)?;
-                State::TokenBucket {
-                    tokens: v[0],
-                    ts: v[1],
-                    seen: v[2],
-                    used: at(&v, 3),
+                let v = between(1, 4)?;
+                match v.len() {
+                    // "ts": no tokens at ts, nothing seen or used.
+                    1 => State::TokenBucket {
+                        tokens: 0,
+                        ts: v[0],
+                        seen: 0,
+                        used: 0,
+                    },
+                    2 => return Err(err("expected \"ts\" or \"tokens ts seen [used]\"".into())),
+                    _ => State::TokenBucket {
+                        tokens: v[0],
+                        ts: v[1],
+                        seen: v[2],
+                        used: at(&v, 3),
+                    },
                 }
             }
             Kind::Gcra => {
