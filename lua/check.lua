@@ -607,118 +607,6 @@ end
 ---------------------------------------------------------------------------------------------
 -- batch::apply
 
-local now = arg_uint(1)
-local cost = arg_uint(2)
-local rid = ARGV[3]
-local n = arg_uint(4)
-
-local items = {}
-local ki = 1
-for i = 1, n do
-    local b = 4 + (i - 1) * STRIDE
-    local it = {
-        code = arg_uint(b + 1),
-        p1 = arg_uint(b + 2),
-        p2 = arg_uint(b + 3),
-        enforce = arg_uint(b + 4) == 1,
-        charge = arg_uint(b + 5) == 1,
-        rcur = arg_uint(b + 6),
-        rprev = arg_uint(b + 7),
-        wstart = arg_uint(b + 8),
-        wend = arg_uint(b + 9),
-        ki = ki,
-        key = KEYS[ki],
-    }
-    if it.key == nil then
-        return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
-    end
-    if it.code < 1 or it.code > 6 then
-        return redis.error_reply('SLUICE_BADARG unknown algorithm code ' .. fmt(it.code))
-    end
-    if it.p1 == 0 or it.p2 == 0 then
-        return redis.error_reply('SLUICE_BADARG item ' .. i .. ' has a zero parameter')
-    end
-    ki = ki + 1
-    if it.code == 4 then
-        it.prev_key = KEYS[ki]
-        if it.prev_key == nil then
-            return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
-        end
-        ki = ki + 1
-    end
-    items[i] = it
-end
-
--- Load every state first: a corrupt key fails the call before anything is written.
-local states = {}
-for i, it in ipairs(items) do
-    local st, e
-    if it.code == 1 then
-        st, e = tb_load(it.key, it.ki)
-    elseif it.code == 2 then
-        st, e = gcra_load(it.key, it.ki)
-    elseif it.code == 3 then
-        st, e = counter_load(it.key, it.ki)
-    elseif it.code == 4 then
-        local cur, prev
-        cur, e = counter_load(it.key, it.ki)
-        if not e then
-            prev, e = counter_load(it.prev_key, it.ki + 1)
-        end
-        st = { cur, prev }
-    elseif it.code == 5 then
-        st, e = sl_load(it.key, it.ki, now, it.p2)
-    else
-        st, e = cc_load(it.key, it.ki, now)
-    end
-    if e then
-        return e
-    end
-    states[i] = st
-end
-
-local outcomes = {}
-for i, it in ipairs(items) do
-    local o, e
-    local st = states[i]
-    if it.code == 1 then
-        o = tb_evaluate(it, st, now, cost)
-    elseif it.code == 2 then
-        o = gcra_evaluate(it, st, now, cost)
-    elseif it.code == 3 then
-        o = fw_evaluate(it, st, now, cost)
-    elseif it.code == 4 then
-        o = sw_evaluate(it, st, now, cost)
-    elseif it.code == 5 then
-        o, e = sl_evaluate(it, st, now, cost)
-    else
-        o = cc_evaluate(it, st, now, cost, rid)
-    end
-    if e then
-        return e
-    end
-    outcomes[i] = o
-end
-
-local allowed = true
-for i, it in ipairs(items) do
-    if it.enforce and not outcomes[i][1] then
-        allowed = false
-    end
-end
-
-if not allowed and cost > 0 then
-    -- Outcomes say "after this request"; a refused request takes nothing from the rules that
-    -- would have allowed it, so give the cost back in what they report.
-    for i, it in ipairs(items) do
-        local o = outcomes[i]
-        if o[1] and not (it.enforce and it.charge) then
-            o[3] = math.min(o[3] + cost, o[2])
-            o[7] = sat(o[7] - cost)
-        end
-    end
-end
-
 -- core: algo::remote_news. A shared bucket whose state lags the remote figure writes the
 -- drained state even when it takes nothing, so the drain outlives its own refill schedule.
 local function remote_news(it, st)
@@ -733,45 +621,191 @@ local function remote_news(it, st)
     return false
 end
 
-for i, it in ipairs(items) do
-    local charge = false
-    if cost > 0 then
-        if allowed then
-            charge = outcomes[i][1]
-        else
-            charge = it.enforce and it.charge
+-- One call: its KEYS start after `kb` keys and its ARGV after `ab` arguments (both 0 for a
+-- single call). Returns the reply, or an error reply; key indexes in errors are the call's own
+-- (1-based).
+local function run_call(kb, ab)
+    local now = arg_uint(ab + 1)
+    local cost = arg_uint(ab + 2)
+    local rid = ARGV[ab + 3]
+    local n = arg_uint(ab + 4)
+
+    local items = {}
+    local ki = 1
+    for i = 1, n do
+        local b = ab + 4 + (i - 1) * STRIDE
+        local it = {
+            code = arg_uint(b + 1),
+            p1 = arg_uint(b + 2),
+            p2 = arg_uint(b + 3),
+            enforce = arg_uint(b + 4) == 1,
+            charge = arg_uint(b + 5) == 1,
+            rcur = arg_uint(b + 6),
+            rprev = arg_uint(b + 7),
+            wstart = arg_uint(b + 8),
+            wend = arg_uint(b + 9),
+            ki = ki,
+            key = KEYS[kb + ki],
+        }
+        if it.key == nil then
+            return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
         end
+        if it.code < 1 or it.code > 6 then
+            return redis.error_reply('SLUICE_BADARG unknown algorithm code ' .. fmt(it.code))
+        end
+        if it.p1 == 0 or it.p2 == 0 then
+            return redis.error_reply('SLUICE_BADARG item ' .. i .. ' has a zero parameter')
+        end
+        ki = ki + 1
+        if it.code == 4 then
+            it.prev_key = KEYS[kb + ki]
+            if it.prev_key == nil then
+                return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
+            end
+            ki = ki + 1
+        end
+        items[i] = it
     end
-    local st = states[i]
-    if charge then
+
+    -- Load every state first: a corrupt key fails the call before anything is written.
+    local states = {}
+    for i, it in ipairs(items) do
+        local st, e
         if it.code == 1 then
-            tb_take(it, st, now, cost)
+            st, e = tb_load(it.key, it.ki)
         elseif it.code == 2 then
-            gcra_take(it, st, now, cost)
+            st, e = gcra_load(it.key, it.ki)
         elseif it.code == 3 then
-            fw_take(it, st, now, cost)
+            st, e = counter_load(it.key, it.ki)
         elseif it.code == 4 then
-            sw_take(it, st, now, cost)
+            local cur, prev
+            cur, e = counter_load(it.key, it.ki)
+            if not e then
+                prev, e = counter_load(it.prev_key, it.ki + 1)
+            end
+            st = { cur, prev }
         elseif it.code == 5 then
-            sl_take(it, st, now, cost)
+            st, e = sl_load(it.key, it.ki, now, it.p2)
         else
-            cc_take(it, st, now, cost, rid)
+            st, e = cc_load(it.key, it.ki, now)
         end
-    elseif remote_news(it, st) then
+        if e then
+            return e
+        end
+        states[i] = st
+    end
+
+    local outcomes = {}
+    for i, it in ipairs(items) do
+        local o, e
+        local st = states[i]
         if it.code == 1 then
-            tb_take(it, st, now, 0)
+            o = tb_evaluate(it, st, now, cost)
+        elseif it.code == 2 then
+            o = gcra_evaluate(it, st, now, cost)
+        elseif it.code == 3 then
+            o = fw_evaluate(it, st, now, cost)
+        elseif it.code == 4 then
+            o = sw_evaluate(it, st, now, cost)
+        elseif it.code == 5 then
+            o, e = sl_evaluate(it, st, now, cost)
         else
-            gcra_take(it, st, now, 0)
+            o = cc_evaluate(it, st, now, cost, rid)
+        end
+        if e then
+            return e
+        end
+        outcomes[i] = o
+    end
+
+    local allowed = true
+    for i, it in ipairs(items) do
+        if it.enforce and not outcomes[i][1] then
+            allowed = false
         end
     end
+
+    if not allowed and cost > 0 then
+        -- Outcomes say "after this request"; a refused request takes nothing from the rules that
+        -- would have allowed it, so give the cost back in what they report.
+        for i, it in ipairs(items) do
+            local o = outcomes[i]
+            if o[1] and not (it.enforce and it.charge) then
+                o[3] = math.min(o[3] + cost, o[2])
+                o[7] = sat(o[7] - cost)
+            end
+        end
+    end
+
+    for i, it in ipairs(items) do
+        local charge = false
+        if cost > 0 then
+            if allowed then
+                charge = outcomes[i][1]
+            else
+                charge = it.enforce and it.charge
+            end
+        end
+        local st = states[i]
+        if charge then
+            if it.code == 1 then
+                tb_take(it, st, now, cost)
+            elseif it.code == 2 then
+                gcra_take(it, st, now, cost)
+            elseif it.code == 3 then
+                fw_take(it, st, now, cost)
+            elseif it.code == 4 then
+                sw_take(it, st, now, cost)
+            elseif it.code == 5 then
+                sl_take(it, st, now, cost)
+            else
+                cc_take(it, st, now, cost, rid)
+            end
+        elseif remote_news(it, st) then
+            if it.code == 1 then
+                tb_take(it, st, now, 0)
+            else
+                gcra_take(it, st, now, 0)
+            end
+        end
+    end
+
+    local reply = { allowed and 1 or 0 }
+    for i = 1, #outcomes do
+        local o = outcomes[i]
+        reply[#reply + 1] = o[1] and 1 or 0
+        for j = 2, 7 do
+            reply[#reply + 1] = o[j]
+        end
+    end
+    return reply
 end
 
-local reply = { allowed and 1 or 0 }
-for i = 1, #outcomes do
-    local o = outcomes[i]
-    reply[#reply + 1] = o[1] and 1 or 0
-    for j = 2, 7 do
-        reply[#reply + 1] = o[j]
+-- A batch (the standalone store groups concurrent calls, one EVALSHA for many): ARGV is
+-- "B", the number of calls, then per call its key count, its argument count and its own
+-- arguments; KEYS are the calls' keys one after the other. Each call is still checked and
+-- taken atomically (the whole script is). Every call gets its own reply: an error in one is
+-- that call's answer, a one-element array holding the error text, and the others go on.
+if ARGV[1] == 'B' then
+    local m = arg_uint(2)
+    local replies = {}
+    local kb, ab = 0, 2
+    for c = 1, m do
+        local nk, na = arg_uint(ab + 1), arg_uint(ab + 2)
+        local ok, r = pcall(run_call, kb, ab + 2)
+        if not ok then
+            local msg = type(r) == 'table' and r.err or tostring(r)
+            if not string.find(msg, '^[A-Z_]+ ') then
+                msg = 'SLUICE_ERR ' .. msg
+            end
+            r = { msg }
+        elseif r.err then
+            r = { r.err }
+        end
+        replies[c] = r
+        kb, ab = kb + nk, ab + 2 + na
     end
+    return replies
 end
-return reply
+
+return run_call(0, 0)

@@ -100,4 +100,10 @@ pub trait Store: Send + Sync + 'static {
     fn noscript_reloads(&self) -> u64 {
         0
     }
+
+    /// Script runs made and the calls they carried (a batching store carries several per
+    /// run), for metrics: calls / runs is the mean batch. `(0, 0)` where nothing batches.
+    fn batch_stats(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }

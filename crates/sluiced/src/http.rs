@@ -151,6 +151,10 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
             engine.store.noscript_reloads(),
         ),
     ]);
+    let (runs, batched) = engine.store.batch_stats();
+    text.push_str(&format!(
+        "# HELP sluice_store_script_runs_total Check script runs sent to the store (one per batch).\n# TYPE sluice_store_script_runs_total counter\nsluice_store_script_runs_total {runs}\n# HELP sluice_store_batched_calls_total Checks those runs carried: divided by the runs, the mean batch.\n# TYPE sluice_store_batched_calls_total counter\nsluice_store_batched_calls_total {batched}\n"
+    ));
     if let Some(j) = &engine.journal {
         text.push_str(&format!(
             "# HELP sluice_journal_backlog Quota admissions waiting to be replayed.\n# TYPE sluice_journal_backlog gauge\nsluice_journal_backlog {}\n# HELP sluice_journal_replayed_total Quota admissions replayed into the store.\n# TYPE sluice_journal_replayed_total counter\nsluice_journal_replayed_total {}\n",

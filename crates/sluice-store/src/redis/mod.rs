@@ -1,8 +1,9 @@
 //! The Redis stores: a fleet of daemons sharing one exact count per key.
 //!
-//! Every call runs `lua/check.lua` with one `EVALSHA` (reloaded by `EVAL` when a restarted or
+//! Every call runs `lua/check.lua` by `EVALSHA` (reloaded by `EVAL` when a restarted or
 //! failed-over Redis answers `NOSCRIPT`), over one multiplexed connection per node that
-//! pipelines concurrent calls. The arithmetic is the core's, transcribed into Lua and held to
+//! pipelines concurrent calls; the standalone store also groups calls that queue behind
+//! the runs in flight into one script run (see `standalone.rs`). The arithmetic is the core's, transcribed into Lua and held to
 //! it by the differential test; this module only moves calls and replies and classifies
 //! failures. Key layout, the clock decision, timeouts and memory per key: `docs/redis.md`.
 //!
@@ -157,7 +158,7 @@ impl Engine {
 
     /// `EVALSHA`, and on `NOSCRIPT` one `EVAL` of the body (which also caches it on that node),
     /// all within the call's deadline.
-    async fn eval<C: ConnectionLike + Send>(
+    pub(crate) async fn eval<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         script: &Script,
@@ -185,18 +186,6 @@ impl Engine {
             Ok(Err(e)) => Err(classify(&e, keys, self.timeout_ms)),
             Ok(Ok(v)) => Ok(v),
         }
-    }
-
-    pub(crate) async fn check<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        call: &Call,
-    ) -> Result<CallResult, StoreError> {
-        let Some(enc) = check_request(call)? else {
-            return Ok(nothing_to_check());
-        };
-        let reply = self.eval(conn, &self.check, &enc.keys, &enc.args).await?;
-        decode_check(call, &reply)
     }
 
     pub(crate) async fn release<C: ConnectionLike + Send>(

@@ -229,8 +229,26 @@ pub(crate) fn classify(err: &redis::RedisError, keys: &[String], timeout_ms: u64
         return StoreError::Unavailable(err.to_string());
     }
     match err.code() {
-        Some("SLUICE_CORRUPT") => {
-            let detail = err.detail().unwrap_or_default();
+        Some(code) => by_code(
+            code,
+            err.detail().unwrap_or_default(),
+            &err.to_string(),
+            keys,
+        ),
+        None => StoreError::Server(err.to_string()),
+    }
+}
+
+/// Classifies the error text of one call of a batch ("CODE detail", as the script or Redis
+/// wrote it), the way [`classify`] classifies a whole reply.
+pub(crate) fn classify_text(text: &str, keys: &[String]) -> StoreError {
+    let (code, detail) = text.split_once(' ').unwrap_or((text, ""));
+    by_code(code, detail, text, keys)
+}
+
+fn by_code(code: &str, detail: &str, text: &str, keys: &[String]) -> StoreError {
+    match code {
+        "SLUICE_CORRUPT" => {
             let (idx, rest) = detail.split_once(' ').unwrap_or((detail, ""));
             let key = idx
                 .parse::<usize>()
@@ -243,16 +261,14 @@ pub(crate) fn classify(err: &redis::RedisError, keys: &[String], timeout_ms: u64
                 detail: rest.to_string(),
             }
         }
-        Some("WRONGTYPE") => StoreError::Corrupt {
+        "WRONGTYPE" => StoreError::Corrupt {
             key: keys.join(" "),
-            detail: err.to_string(),
+            detail: text.to_string(),
         },
-        Some("OOM") => StoreError::Full(err.to_string()),
-        Some(
-            "BUSY" | "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "MOVED"
-            | "ASK",
-        ) => StoreError::Unavailable(err.to_string()),
-        _ => StoreError::Server(err.to_string()),
+        "OOM" => StoreError::Full(text.to_string()),
+        "BUSY" | "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "MOVED"
+        | "ASK" => StoreError::Unavailable(text.to_string()),
+        _ => StoreError::Server(text.to_string()),
     }
 }
 

@@ -4,23 +4,62 @@
 //! call is written to the one socket as it comes (pipelined), replies are matched in order,
 //! and a dropped connection is re-made in the background while calls fail fast. Its own
 //! defaults (500 ms response, 1 s connect, 6 retries) are replaced by Sluice's few-ms figures.
+//!
+//! Checks go through a batcher: while [`IN_FLIGHT`] script runs are already on their way,
+//! further calls wait in a queue and leave together, as one `EVALSHA` carrying them all
+//! (`lua/check.lua`'s batch form). A lone call leaves at once, as before; under load each
+//! call costs Redis a fraction of a script invocation (the script's setup and the command's
+//! dispatch are paid once a batch), which is what lets one daemon pass an unpipelined
+//! client's throughput on the same Redis. Each call stays atomic, keeps its own deadline
+//! (a call whose caller gave up is dropped before it is sent) and gets its own answer: an
+//! error in one call is that call's error only. A Cluster cannot batch different identities
+//! (different slots), so [`super::RedisClusterStore`] sends one call per script run.
 
-use super::{Engine, RedisConfig, bad_url, redact};
+use super::script::{ScriptCall, classify_text};
+use super::{Engine, RedisConfig, bad_url, check_request, nothing_to_check, redact};
 use crate::{BoxFuture, Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sluice_core::Micros;
 use sluice_core::batch::{Call, CallResult};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Commands that may wait in the multiplexer's queue before callers block: the daemon runs
 /// hundreds of concurrent checks, the crate's default of 50 would make them queue.
 const PIPELINE_BUFFER: usize = 4096;
 
+/// Script runs on their way at once; further calls queue and leave as one batch. Enough to
+/// keep Redis busy across the loopback round trip, few enough that batches form under load.
+pub const IN_FLIGHT: usize = 4;
+/// Most calls in one batch: bounds one script run (and so the wait of the calls behind it)
+/// to well under a millisecond of Redis time.
+pub const MAX_BATCH: usize = 64;
+/// Calls that may wait for the batcher; beyond it callers wait (and time out at their
+/// deadline) instead of growing the queue.
+const QUEUE: usize = 8192;
+
+/// One call waiting for the batcher.
+struct Job {
+    call: ScriptCall,
+    reply: oneshot::Sender<Result<redis::Value, StoreError>>,
+}
+
+/// Calls and script runs the batcher made: calls / runs is the mean batch size.
+#[derive(Debug, Default)]
+struct BatchStats {
+    runs: AtomicU64,
+    calls: AtomicU64,
+}
+
 /// The counter store on one standalone Redis.
 pub struct RedisStore {
     conn: ConnectionManager,
-    engine: Engine,
+    engine: Arc<Engine>,
     url: String,
+    jobs: mpsc::Sender<Job>,
+    stats: Arc<BatchStats>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -55,10 +94,16 @@ impl RedisStore {
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let conn = ConnectionManager::new_lazy_with_config(client, mgr_cfg)
             .map_err(|e| bad_url(url, &e))?;
+        let engine = Arc::new(Engine::new(cfg));
+        let stats = Arc::new(BatchStats::default());
+        let (jobs, queue) = mpsc::channel(QUEUE);
+        tokio::spawn(batcher(queue, conn.clone(), engine.clone(), stats.clone()));
         let store = RedisStore {
             conn,
-            engine: Engine::new(cfg),
+            engine,
             url: redact(url),
+            jobs,
+            stats,
         };
         let mut c = store.conn.clone();
         if let Err(e) = store.engine.preload(&mut c).await {
@@ -72,6 +117,131 @@ impl RedisStore {
     pub fn noscript_reloads(&self) -> u64 {
         self.engine.noscript_reloads()
     }
+
+    /// Script runs and the calls they carried, since start: how much the batcher grouped.
+    pub fn batch_stats(&self) -> (u64, u64) {
+        (
+            self.stats.runs.load(Ordering::Relaxed),
+            self.stats.calls.load(Ordering::Relaxed),
+        )
+    }
+
+    async fn queue_and_wait(&self, call: ScriptCall) -> Result<redis::Value, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job { call, reply })
+            .await
+            .map_err(|_| StoreError::Unavailable("redis: the store is shutting down".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("redis: the call was dropped".into()))?
+    }
+}
+
+/// Forms batches: takes a slot of [`IN_FLIGHT`], then the first waiting call and every call
+/// queued behind it (up to [`MAX_BATCH`]), and sends them as one script run. Ends when the
+/// store is dropped.
+async fn batcher(
+    mut queue: mpsc::Receiver<Job>,
+    conn: ConnectionManager,
+    engine: Arc<Engine>,
+    stats: Arc<BatchStats>,
+) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = queue.recv().await else {
+            return;
+        };
+        let mut jobs = Vec::with_capacity(8);
+        jobs.push(first);
+        while jobs.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        // A caller past its deadline has its answer already (a timeout): not sending its
+        // call keeps a slow Redis from also doing stale work.
+        jobs.retain(|j| !j.reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
+        stats.runs.fetch_add(1, Ordering::Relaxed);
+        stats.calls.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        let mut conn = conn.clone();
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            run_batch(&engine, &mut conn, jobs).await;
+            drop(slot);
+        });
+    }
+}
+
+/// One script run for `jobs`: the plain form for one call, the batch form for more.
+async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<Job>) {
+    if jobs.len() == 1 {
+        if let Some(job) = jobs.pop() {
+            let r = engine
+                .eval(conn, &engine.check, &job.call.keys, &job.call.args)
+                .await;
+            let _ = job.reply.send(r);
+        }
+        return;
+    }
+    let (keys, args) = batch_form(&jobs);
+    match engine.eval(conn, &engine.check, &keys, &args).await {
+        Ok(redis::Value::Array(replies)) if replies.len() == jobs.len() => {
+            for (job, r) in jobs.into_iter().zip(replies) {
+                let _ = job.reply.send(one_reply(r, &job.call.keys));
+            }
+        }
+        Ok(other) => {
+            let e = StoreError::Server(format!(
+                "unexpected reply from check.lua to a batch of {}: {other:?}",
+                jobs.len()
+            ));
+            for job in jobs {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+        }
+        Err(e) => {
+            for job in jobs {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// KEYS and ARGV of a batch: "B", the number of calls, then per call its key count, its
+/// argument count and its arguments (see `lua/check.lua`).
+fn batch_form(jobs: &[Job]) -> (Vec<String>, Vec<String>) {
+    let nk: usize = jobs.iter().map(|j| j.call.keys.len()).sum();
+    let na: usize = jobs.iter().map(|j| j.call.args.len() + 2).sum();
+    let mut keys = Vec::with_capacity(nk);
+    let mut args = Vec::with_capacity(na + 2);
+    args.push("B".to_string());
+    args.push(jobs.len().to_string());
+    for j in jobs {
+        keys.extend(j.call.keys.iter().cloned());
+        args.push(j.call.keys.len().to_string());
+        args.push(j.call.args.len().to_string());
+        args.extend(j.call.args.iter().cloned());
+    }
+    (keys, args)
+}
+
+/// One call's part of a batch reply: its outcome array, or a one-element array holding its
+/// error text.
+fn one_reply(r: redis::Value, keys: &[String]) -> Result<redis::Value, StoreError> {
+    if let redis::Value::Array(v) = &r
+        && let [redis::Value::BulkString(text)] = v.as_slice()
+    {
+        return Err(classify_text(&String::from_utf8_lossy(text), keys));
+    }
+    Ok(r)
 }
 
 impl Store for RedisStore {
@@ -79,10 +249,20 @@ impl Store for RedisStore {
         self.engine.noscript_reloads()
     }
 
+    fn batch_stats(&self) -> (u64, u64) {
+        RedisStore::batch_stats(self)
+    }
+
     fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
-            self.engine.check(&mut conn, call).await
+            let Some(enc) = check_request(call)? else {
+                return Ok(nothing_to_check());
+            };
+            // The deadline covers the wait for the batcher too.
+            let reply = tokio::time::timeout(self.engine.timeout, self.queue_and_wait(enc))
+                .await
+                .map_err(|_| StoreError::Timeout(self.engine.timeout_ms))??;
+            super::decode_check(call, &reply)
         })
     }
 
