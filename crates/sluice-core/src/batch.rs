@@ -73,6 +73,14 @@ impl Call {
 /// Refused requests charge only `charge_rejected` items. A shared bucket that takes nothing
 /// but drained new remote consumption is written too (a take of 0: [`algo::remote_news`]).
 pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) {
+    let mut writes = Vec::with_capacity(call.items.len());
+    let result = apply_into(call, states, &mut writes);
+    (result, writes)
+}
+
+/// [`apply`] writing the writes into `writes` (cleared first), so a store can reuse one
+/// buffer across calls instead of allocating a vector per call.
+pub fn apply_into(call: &Call, states: &[Option<State>], writes: &mut Vec<Write>) -> CallResult {
     let mut outcomes: Vec<Outcome> = call
         .items
         .iter()
@@ -94,34 +102,35 @@ pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) 
             }
         }
     }
-    let writes = call
-        .items
-        .iter()
-        .zip(states)
-        .zip(&outcomes)
-        .map(|((item, st), o)| {
-            let charge = if allowed {
-                o.allowed
-            } else {
-                item.enforce && item.charge_rejected
-            };
-            let req = call.request(item);
-            if call.cost == 0 || !charge {
-                // A shared bucket that drained news from other regions keeps it even when it
-                // takes nothing: otherwise its key would expire on its own refill schedule
-                // and a fresh key would forget what the other regions took.
-                if algo::remote_news(st.as_ref(), &req) {
-                    let (state, ttl) =
-                        algo::take(&item.params, st.as_ref(), &Request { cost: 0, ..req });
-                    return Write::Put(state, ttl);
+    writes.clear();
+    writes.extend(
+        call.items
+            .iter()
+            .zip(states)
+            .zip(&outcomes)
+            .map(|((item, st), o)| {
+                let charge = if allowed {
+                    o.allowed
+                } else {
+                    item.enforce && item.charge_rejected
+                };
+                let req = call.request(item);
+                if call.cost == 0 || !charge {
+                    // A shared bucket that drained news from other regions keeps it even when it
+                    // takes nothing: otherwise its key would expire on its own refill schedule
+                    // and a fresh key would forget what the other regions took.
+                    if algo::remote_news(st.as_ref(), &req) {
+                        let (state, ttl) =
+                            algo::take(&item.params, st.as_ref(), &Request { cost: 0, ..req });
+                        return Write::Put(state, ttl);
+                    }
+                    return Write::Keep;
                 }
-                return Write::Keep;
-            }
-            let (state, ttl) = algo::take(&item.params, st.as_ref(), &req);
-            Write::Put(state, ttl)
-        })
-        .collect();
-    (CallResult { allowed, outcomes }, writes)
+                let (state, ttl) = algo::take(&item.params, st.as_ref(), &req);
+                Write::Put(state, ttl)
+            }),
+    );
+    CallResult { allowed, outcomes }
 }
 
 #[cfg(test)]

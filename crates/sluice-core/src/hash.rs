@@ -13,6 +13,35 @@ pub fn stable_hash(parts: &[&str]) -> u64 {
     h
 }
 
+/// A keyed fast hasher for the maps of the hot path whose keys clients choose (store keys).
+///
+/// The std default (SipHash, randomly keyed) is robust but slow on the hot path, and its key
+/// comes from the OS, which the core may not read. This is foldhash keyed by a seed the
+/// caller passes in: the daemon's shell draws it from OS randomness (keys are
+/// attacker-chosen: a secret seed keeps them from being crafted to collide), the simulator
+/// derives it from its seed (runs stay reproducible).
+#[derive(Clone, Debug)]
+pub struct Keyed(foldhash::fast::FixedState);
+
+impl Keyed {
+    /// A hasher keyed by `seed`.
+    pub fn new(seed: u64) -> Keyed {
+        Keyed(foldhash::fast::FixedState::with_seed(seed))
+    }
+}
+
+impl std::hash::BuildHasher for Keyed {
+    type Hasher = foldhash::fast::FoldHasher<'static>;
+
+    #[inline]
+    fn build_hasher(&self) -> Self::Hasher {
+        self.0.build_hasher()
+    }
+}
+
+/// A map keyed by client-chosen strings, hashed with [`Keyed`].
+pub type KeyedMap<K, V> = std::collections::HashMap<K, V, Keyed>;
+
 /// The rollout bucket (0..100) of an identity for a rule.
 pub fn rollout_bucket(rule_id: &str, identity: &str) -> u8 {
     (stable_hash(&[rule_id, identity]) % 100) as u8
