@@ -9,10 +9,10 @@
 //! [`MemoryStore::evictions`].
 
 use crate::{BoxFuture, Store, StoreError};
-use sluice_core::batch::{Call, CallResult, Write, apply};
-use sluice_core::hash::stable_hash;
+use sluice_core::batch::{Call, CallResult, Write, apply_into};
+use sluice_core::hash::{Keyed, KeyedMap, stable_hash};
 use sluice_core::{Micros, State, algo};
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,10 +25,19 @@ struct Entry {
     expires: Micros,
 }
 
+/// One shard: its keys, and buffers a call reuses under the shard's lock (a call allocates
+/// no scratch space of its own).
+#[derive(Debug)]
+struct Shard {
+    map: KeyedMap<String, Entry>,
+    states: Vec<Option<State>>,
+    writes: Vec<Write>,
+}
+
 /// Sharded map from key to state with expiry and a key bound.
 #[derive(Debug)]
 pub struct MemoryStore {
-    shards: Vec<Mutex<HashMap<String, Entry>>>,
+    shards: Vec<Mutex<Shard>>,
     per_shard_cap: usize,
     evictions: AtomicU64,
 }
@@ -48,22 +57,41 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// A store holding at most about `max_keys` keys.
+    /// A store holding at most about `max_keys` keys, its maps keyed by a seed drawn from OS
+    /// randomness (keys are client-chosen: see [`Keyed`]).
     pub fn new(max_keys: usize) -> MemoryStore {
+        let seed = std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64);
+        MemoryStore::with_seed(max_keys, seed)
+    }
+
+    /// A store whose maps are keyed by `seed`: which keys the bound evicts depends on the map
+    /// order, so a reproducible run (the simulator) passes a seed of its own.
+    pub fn with_seed(max_keys: usize, seed: u64) -> MemoryStore {
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|i| {
+                    Mutex::new(Shard {
+                        map: KeyedMap::with_hasher(Keyed::new(seed ^ i as u64)),
+                        states: Vec::new(),
+                        writes: Vec::new(),
+                    })
+                })
+                .collect(),
             per_shard_cap: max_keys.div_ceil(SHARDS).max(1),
             evictions: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, key: &str) -> &Mutex<HashMap<String, Entry>> {
-        &self.shards[(stable_hash(&[tag(key)]) % SHARDS as u64) as usize]
+    /// The shard of a hash tag (stable: the key bound is per shard).
+    fn shard_of_tag(tag: &str) -> usize {
+        (stable_hash(&[tag]) % SHARDS as u64) as usize
     }
 
-    fn lock<'a>(
-        m: &'a Mutex<HashMap<String, Entry>>,
-    ) -> std::sync::MutexGuard<'a, HashMap<String, Entry>> {
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        &self.shards[Self::shard_of_tag(tag(key))]
+    }
+
+    fn lock<'a>(m: &'a Mutex<Shard>) -> std::sync::MutexGuard<'a, Shard> {
         // A panic while holding the lock leaves whole entries only (we never write partially),
         // so the map stays usable.
         m.lock().unwrap_or_else(|p| p.into_inner())
@@ -80,19 +108,25 @@ impl MemoryStore {
                 outcomes: Vec::new(),
             });
         };
-        let shard = self.shard(&first.key);
-        if call
-            .items
-            .iter()
-            .any(|i| !std::ptr::eq(self.shard(&i.key), shard))
-        {
+        // The tag is hashed once: keys with the same tag share its shard.
+        let first_tag = tag(&first.key);
+        let si = Self::shard_of_tag(first_tag);
+        if call.items[1..].iter().any(|i| {
+            let t = tag(&i.key);
+            t != first_tag && Self::shard_of_tag(t) != si
+        }) {
             return Err(StoreError::Server(
                 "keys of one call must share a hash tag".into(),
             ));
         }
-        let mut map = Self::lock(shard);
+        let mut guard = Self::lock(&self.shards[si]);
+        let Shard {
+            map,
+            states,
+            writes,
+        } = &mut *guard;
         let now = call.now;
-        let mut states = Vec::with_capacity(call.items.len());
+        states.clear();
         for item in &call.items {
             let st = match map.get(&item.key) {
                 Some(e) if e.expires > now => {
@@ -112,14 +146,14 @@ impl MemoryStore {
             };
             states.push(st);
         }
-        let (result, writes) = apply(call, &states);
-        for (item, w) in call.items.iter().zip(writes) {
+        let result = apply_into(call, states, writes);
+        for (item, w) in call.items.iter().zip(writes.drain(..)) {
             if let Write::Put(state, ttl) = w {
                 if ttl == 0 {
                     map.remove(&item.key);
                 } else {
                     self.insert(
-                        &mut map,
+                        map,
                         &item.key,
                         Entry {
                             state,
@@ -133,7 +167,7 @@ impl MemoryStore {
         Ok(result)
     }
 
-    fn insert(&self, map: &mut HashMap<String, Entry>, key: &str, e: Entry, now: Micros) {
+    fn insert(&self, map: &mut KeyedMap<String, Entry>, key: &str, e: Entry, now: Micros) {
         if let Some(slot) = map.get_mut(key) {
             *slot = e;
             return;
@@ -157,7 +191,8 @@ impl MemoryStore {
 
     /// Frees a concurrency slot.
     pub fn release_sync(&self, key: &str, request_id: &str, now: Micros) -> bool {
-        let mut map = Self::lock(self.shard(key));
+        let mut shard = Self::lock(self.shard(key));
+        let map = &mut shard.map;
         let Some(e) = map.get(key).filter(|e| e.expires > now) else {
             return false;
         };
@@ -178,7 +213,7 @@ impl MemoryStore {
     pub fn sweep(&self, now: Micros) -> usize {
         let mut n = 0;
         for s in &self.shards {
-            let mut m = Self::lock(s);
+            let m = &mut Self::lock(s).map;
             let before = m.len();
             m.retain(|_, v| v.expires > now);
             n += before - m.len();
@@ -189,13 +224,13 @@ impl MemoryStore {
     /// Drops everything (local buckets after Redis recovers).
     pub fn clear(&self) {
         for s in &self.shards {
-            Self::lock(s).clear();
+            Self::lock(s).map.clear();
         }
     }
 
     /// Keys held, expired ones included until swept.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| Self::lock(s).len()).sum()
+        self.shards.iter().map(|s| Self::lock(s).map.len()).sum()
     }
 
     /// Whether no key is held.
@@ -211,6 +246,7 @@ impl MemoryStore {
     /// The live state of a key (tests, snapshots).
     pub fn get(&self, key: &str, now: Micros) -> Option<State> {
         Self::lock(self.shard(key))
+            .map
             .get(key)
             .filter(|e| e.expires > now)
             .map(|e| e.state.clone())
