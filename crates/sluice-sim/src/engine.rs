@@ -96,9 +96,17 @@ struct Pending<'a> {
     plan: Plan<'a>,
 }
 
-enum Ev<'a> {
+/// A store call waiting to execute. A region's store serialises its calls (their times never
+/// decrease), so they wait in a FIFO per region rather than in the event heap; the loop merges
+/// the FIFO fronts with the heap by `(at, seq)`, which is the order the heap would give.
+struct Exec<'a> {
+    at: Micros,
+    seq: u64,
+    p: Pending<'a>,
+}
+
+enum Ev {
     Arrival(usize),
-    Exec(Box<Pending<'a>>),
     Ship {
         region: usize,
         daemon: usize,
@@ -114,24 +122,24 @@ enum Ev<'a> {
     Scenario(usize),
 }
 
-struct Queued<'a> {
+struct Queued {
     at: Micros,
     seq: u64,
-    ev: Ev<'a>,
+    ev: Ev,
 }
 
-impl PartialEq for Queued<'_> {
+impl PartialEq for Queued {
     fn eq(&self, o: &Self) -> bool {
         (self.at, self.seq) == (o.at, o.seq)
     }
 }
-impl Eq for Queued<'_> {}
-impl PartialOrd for Queued<'_> {
+impl Eq for Queued {}
+impl PartialOrd for Queued {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Queued<'_> {
+impl Ord for Queued {
     /// Reversed: the heap pops the earliest, then the first scheduled.
     fn cmp(&self, o: &Self) -> Ordering {
         (o.at, o.seq).cmp(&(self.at, self.seq))
@@ -193,12 +201,16 @@ pub struct Sim<'a> {
     sc: &'a Scenario,
     seed: u64,
     domain: &'a Domain,
-    rule_of: FxMap<usize, usize>,
-    truth_cache: FxMap<(u32, u32, u32), u32>,
+    /// Counter ids by traffic, then key: `(tag, id)` pairs (see `measure`).
+    truth_cache: Vec<Vec<Vec<(u32, u32)>>>,
+    /// A reused buffer for `measure`.
+    ids: Vec<(usize, usize, bool)>,
     regions: Vec<Region>,
     up: Vec<bool>,
     gens: Vec<Generator>,
-    heap: BinaryHeap<Queued<'a>>,
+    heap: BinaryHeap<Queued>,
+    /// Store calls in flight, per region, in execution order.
+    execs: Vec<VecDeque<Exec<'a>>>,
     seq: u64,
     now: Micros,
     interval: Micros,
@@ -220,8 +232,10 @@ const STREAM_LATENCY: u64 = 2 << 32;
 const STREAM_PHASE: u64 = 3 << 32;
 const STREAM_LINK: u64 = 4 << 32;
 
-fn rule_addr(r: &Rule) -> usize {
-    r as *const Rule as usize
+/// The hasher seed of a store map: drawn from the run's seed, so which keys a full store
+/// evicts (it depends on the map's order) is the same on every rerun.
+fn store_seed(seed: u64) -> u64 {
+    Rng::stream(seed, 5 << 32).next_u64()
 }
 
 impl<'a> Sim<'a> {
@@ -229,18 +243,12 @@ impl<'a> Sim<'a> {
     pub fn new(sc: &'a Scenario, seed: u64) -> Sim<'a> {
         let domain = sc.domain();
         let n = sc.regions.len();
-        let rule_of = domain
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (rule_addr(r), i))
-            .collect();
         let regions = (0..n)
             .map(|r| Region {
                 up: true,
-                store: MemoryStore::new(sc.store.max_keys),
+                store: MemoryStore::with_seed(sc.store.max_keys, store_seed(seed)),
                 replica: sc.replica_lag[r].map(|lag| Replica {
-                    store: MemoryStore::new(sc.store.max_keys),
+                    store: MemoryStore::with_seed(sc.store.max_keys, store_seed(seed)),
                     lag,
                     queue: VecDeque::new(),
                 }),
@@ -265,12 +273,17 @@ impl<'a> Sim<'a> {
             sc,
             seed,
             domain,
-            rule_of,
-            truth_cache: FxMap::default(),
+            truth_cache: sc
+                .traffic
+                .iter()
+                .map(|t| vec![Vec::new(); t.keys.len()])
+                .collect(),
+            ids: Vec::new(),
             regions,
             up: vec![true; n],
             gens,
             heap: BinaryHeap::new(),
+            execs: (0..n).map(|_| VecDeque::new()).collect(),
             seq: 0,
             now: 0,
             interval: sc.gossip.interval,
@@ -299,7 +312,7 @@ impl<'a> Sim<'a> {
         sim
     }
 
-    fn push(&mut self, at: Micros, ev: Ev<'a>) {
+    fn push(&mut self, at: Micros, ev: Ev) {
         self.seq += 1;
         self.heap.push(Queued {
             at,
@@ -318,7 +331,7 @@ impl<'a> Sim<'a> {
             .map(|_| Daemon {
                 remote: RemoteCounts::new(name, sc.gossip.max_keys),
                 usage: LocalUsage::new(),
-                local: MemoryStore::new(100_000),
+                local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
                 epoch: old_epoch + 1,
                 timer: 0,
             })
@@ -384,8 +397,18 @@ impl<'a> Sim<'a> {
 
     /// Runs to the end, calling `progress` now and then.
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> Report {
-        while let Some(q) = self.heap.pop() {
-            self.now = q.at;
+        loop {
+            // The earliest of the heap's top and the store FIFOs' fronts, ties by sequence.
+            let mut best = self.heap.peek().map(|q| (q.at, q.seq, usize::MAX));
+            for (r, q) in self.execs.iter().enumerate() {
+                if let Some(e) = q.front()
+                    && best.is_none_or(|(at, seq, _)| (e.at, e.seq) < (at, seq))
+                {
+                    best = Some((e.at, e.seq, r));
+                }
+            }
+            let Some((at, _, from)) = best else { break };
+            self.now = at;
             self.events += 1;
             if self.events & 0xffff == 0 {
                 progress(&Progress {
@@ -394,9 +417,15 @@ impl<'a> Sim<'a> {
                     requests: self.metrics.requests,
                 });
             }
+            if from != usize::MAX {
+                if let Some(e) = self.execs[from].pop_front() {
+                    self.exec(e.p);
+                }
+                continue;
+            }
+            let Some(q) = self.heap.pop() else { break };
             match q.ev {
                 Ev::Arrival(g) => self.arrival(g),
-                Ev::Exec(p) => self.exec(*p),
                 Ev::Ship {
                     region,
                     daemon,
@@ -445,9 +474,11 @@ impl<'a> Sim<'a> {
                     let lat = sc.store.latency.sample(&mut region.latency_rng);
                     let at = (t + lat).max(region.last_exec);
                     region.last_exec = at;
-                    self.push(
+                    self.seq += 1;
+                    self.execs[r].push_back(Exec {
                         at,
-                        Ev::Exec(Box::new(Pending {
+                        seq: self.seq,
+                        p: Pending {
                             region: r,
                             daemon: d,
                             traffic: g as u32,
@@ -455,8 +486,8 @@ impl<'a> Sim<'a> {
                             now: t,
                             cost,
                             plan: p,
-                        })),
-                    );
+                        },
+                    });
                 }
             }
         }
@@ -529,8 +560,19 @@ impl<'a> Sim<'a> {
         self.observe(r, d, now, cost, &plan, &answers);
     }
 
+    /// The index of a rule of the domain, from its address (the plan borrows the domain's
+    /// rules), checked.
     fn rule_index(&self, rule: &Rule) -> usize {
-        self.rule_of.get(&rule_addr(rule)).copied().unwrap_or(0)
+        let rules = &self.domain.rules;
+        let size = std::mem::size_of::<Rule>().max(1);
+        let off = (rule as *const Rule as usize).wrapping_sub(rules.as_ptr() as usize) / size;
+        match rules.get(off) {
+            Some(r) if std::ptr::eq(r, rule) => off,
+            _ => rules
+                .iter()
+                .position(|r| std::ptr::eq(r, rule))
+                .unwrap_or(0),
+        }
     }
 
     /// Ground truth and counters for one decided request.
@@ -554,7 +596,8 @@ impl<'a> Sim<'a> {
             .iter()
             .filter(|p| p.via == Via::Local)
             .count() as u64;
-        let mut ids: Vec<(usize, usize, bool)> = Vec::with_capacity(plan.applied.len());
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
         for a in &plan.applied {
             if a.rule.mode != Mode::Enforce {
                 continue;
@@ -567,11 +610,12 @@ impl<'a> Sim<'a> {
             // The counter a (traffic, key, rule, region) reaches never changes: look it up
             // by numbers instead of hashing the store key.
             let tag = (ri * 65 + region.map_or(0, |r| r + 1)) as u32;
-            let id = match self.truth_cache.get(&(traffic, key, tag)) {
-                Some(&id) => id as usize,
+            let cached = &self.truth_cache[traffic as usize][key as usize];
+            let id = match cached.iter().find(|(t, _)| *t == tag) {
+                Some(&(_, id)) => id as usize,
                 None => {
                     let id = self.metrics.truth_id(ri, region, &a.key, &a.params);
-                    self.truth_cache.insert((traffic, key, tag), id as u32);
+                    self.truth_cache[traffic as usize][key as usize].push((tag, id as u32));
                     id
                 }
             };
@@ -618,6 +662,7 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+        self.ids = ids;
     }
 
     /// Feeds the daemon's shipper with the region figures of global rules the store answered.
@@ -910,10 +955,11 @@ impl<'a> Sim<'a> {
                 self.regions[*r].up = true;
                 if *wipe {
                     let region = &mut self.regions[*r];
-                    region.store = MemoryStore::new(sc.store.max_keys);
+                    region.store = MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
                     region.cumulative = FxMap::default();
                     if let Some(rep) = &mut region.replica {
-                        rep.store = MemoryStore::new(sc.store.max_keys);
+                        rep.store =
+                            MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
                         rep.queue.clear();
                     }
                 }

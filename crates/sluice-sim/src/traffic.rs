@@ -5,7 +5,6 @@
 //! end), so arrivals are drawn exactly: a Poisson process consumes an exponential amount of
 //! "rate × time" per arrival, a constant one consumes exactly 1, carried across the pieces.
 
-use crate::fx::FxMap;
 use crate::rng::{Rng, Zipf};
 use crate::scenario::{Arrivals, Keys, Traffic};
 use sluice_core::Micros;
@@ -22,7 +21,8 @@ pub struct Generator {
     /// Continuous position, µs (arrivals are its floor).
     pos: f64,
     rr: usize,
-    descriptors: FxMap<u32, Descriptors>,
+    /// Descriptors of each key, built on first use; indexed by key.
+    descriptors: Vec<Option<Descriptors>>,
 }
 
 impl Generator {
@@ -38,7 +38,7 @@ impl Generator {
             rng,
             zipf,
             rr: 0,
-            descriptors: FxMap::default(),
+            descriptors: Vec::new(),
         }
     }
 
@@ -128,28 +128,28 @@ impl Generator {
     /// or when all of them are down, any region that is up (its traffic moves to the
     /// survivors). `None` when every region is down.
     pub fn pick_region(&mut self, t: Micros, up: &[bool]) -> Option<usize> {
-        let own: Vec<usize> = self
-            .regions_at(t)
-            .iter()
-            .copied()
-            .filter(|r| up[*r])
-            .collect();
-        let cands: Vec<usize> = if own.is_empty() {
-            (0..up.len()).filter(|r| up[*r]).collect()
-        } else {
+        // Counted, then indexed, rather than collected: one arrival allocates nothing.
+        let own = self.regions_at(t).iter().filter(|r| up[**r]).count();
+        let n = if own > 0 {
             own
+        } else {
+            up.iter().filter(|u| **u).count()
         };
-        if cands.is_empty() {
+        if n == 0 {
             return None;
         }
         let i = match self.cfg.arrivals {
-            Arrivals::Poisson => self.rng.below(cands.len()),
+            Arrivals::Poisson => self.rng.below(n),
             Arrivals::Constant => {
                 self.rr = self.rr.wrapping_add(1);
-                self.rr % cands.len()
+                self.rr % n
             }
         };
-        Some(cands[i])
+        if own > 0 {
+            self.regions_at(t).iter().copied().filter(|r| up[*r]).nth(i)
+        } else {
+            (0..up.len()).filter(|r| up[*r]).nth(i)
+        }
     }
 
     /// Picks a daemon of a region with `n` daemons.
@@ -169,7 +169,10 @@ impl Generator {
     /// The descriptors of key `i` (built once per key).
     pub fn descriptors(&mut self, i: usize) -> &Descriptors {
         let cfg = &self.cfg;
-        self.descriptors.entry(i as u32).or_insert_with(|| {
+        if i >= self.descriptors.len() {
+            self.descriptors.resize(cfg.keys.len().max(i + 1), None);
+        }
+        self.descriptors[i].get_or_insert_with(|| {
             let mut d = cfg.descriptors.clone();
             d.push((cfg.key_field.clone(), cfg.keys.value(i)));
             // Checked at load with the longest key value: valid.
