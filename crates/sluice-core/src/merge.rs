@@ -31,8 +31,8 @@
 //! Nothing here reads a clock: `now` is an argument, as everywhere in the core.
 
 use crate::algo::{Params, Remote};
+use crate::hash::{Keyed, KeyedMap};
 use crate::time::Micros;
-use std::collections::HashMap;
 
 /// Where a rule's figure lives in time: which window it belongs to and until when it counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +144,7 @@ const WINDOWS_PER_REGION: usize = 2;
 pub struct RemoteCounts {
     own: u16,
     regions: Vec<Box<str>>,
-    keys: HashMap<String, Vec<Slot>>,
+    keys: KeyedMap<String, Vec<Slot>>,
     slots: usize,
     max_keys: usize,
     dropped: u64,
@@ -154,11 +154,15 @@ impl RemoteCounts {
     /// An empty table for a daemon of region `own`, holding at most `max_keys` keys (reports
     /// for new keys beyond it are dropped and counted: the bound keeps a flood of keys from
     /// exhausting a daemon's memory; dropping undercounts, which shows as overshoot).
-    pub fn new(own: &str, max_keys: usize) -> RemoteCounts {
+    ///
+    /// Keys come from other daemons' reports, so the table is hashed with [`Keyed`] under
+    /// `seed`: the caller's secret (the daemon draws it from OS randomness; a simulation from
+    /// its seed).
+    pub fn new(own: &str, max_keys: usize, seed: u64) -> RemoteCounts {
         RemoteCounts {
             own: 0,
             regions: vec![own.into()],
-            keys: HashMap::new(),
+            keys: KeyedMap::with_hasher(Keyed::new(seed)),
             slots: 0,
             max_keys,
             dropped: 0,
@@ -202,15 +206,14 @@ impl RemoteCounts {
         if region == self.own {
             return Merged::OwnRegion;
         }
-        if !self.keys.contains_key(key) {
-            if self.keys.len() >= self.max_keys {
+        let full = self.keys.len() >= self.max_keys;
+        let slots = match self.keys.get_mut(key) {
+            Some(slots) => slots,
+            None if full => {
                 self.dropped += 1;
                 return Merged::Full;
             }
-            self.keys.insert(key.to_string(), Vec::new());
-        }
-        let Some(slots) = self.keys.get_mut(key) else {
-            return Merged::Full;
+            None => self.keys.entry(key.to_string()).or_default(),
         };
         let before = slots.len();
         let result = merge_slot(slots, region, fw, count, now);
@@ -414,7 +417,7 @@ mod tests {
 
     #[test]
     fn fixed_windows_sum_other_regions_and_expire_at_the_window_end() {
-        let mut rc = RemoteCounts::new("us", 100);
+        let mut rc = RemoteCounts::new("us", 100, 0);
         let p = fixed();
         assert_eq!(rc.merge("eu", "k", &p, MIN, 30, MIN + 1), Merged::New);
         assert_eq!(rc.merge("ap", "k", &p, MIN, 20, MIN + 2), Merged::New);
@@ -433,7 +436,7 @@ mod tests {
 
     #[test]
     fn sliding_windows_carry_the_previous_window() {
-        let mut rc = RemoteCounts::new("us", 100);
+        let mut rc = RemoteCounts::new("us", 100, 0);
         let p = sliding();
         rc.merge("eu", "k", &p, 0, 70, 10 * SECOND);
         rc.merge("eu", "k", &p, MIN, 5, MIN + SECOND);
@@ -451,7 +454,7 @@ mod tests {
 
     #[test]
     fn misaligned_or_far_future_windows_and_unshared_rules_are_rejected() {
-        let mut rc = RemoteCounts::new("us", 100);
+        let mut rc = RemoteCounts::new("us", 100, 0);
         assert_eq!(
             rc.merge("eu", "k", &fixed(), MIN + 1, 5, MIN),
             Merged::Rejected
@@ -471,7 +474,7 @@ mod tests {
 
     #[test]
     fn the_key_bound_drops_and_counts() {
-        let mut rc = RemoteCounts::new("us", 2);
+        let mut rc = RemoteCounts::new("us", 2, 0);
         rc.merge("eu", "a", &fixed(), 0, 1, 1);
         rc.merge("eu", "b", &fixed(), 0, 1, 1);
         assert_eq!(rc.merge("eu", "c", &fixed(), 0, 1, 1), Merged::Full);
@@ -482,7 +485,7 @@ mod tests {
     #[test]
     fn held_state_grows_with_regions_not_daemons() {
         // 50 daemons in each of 2 other regions all ship their region's figure.
-        let mut rc = RemoteCounts::new("us", 100);
+        let mut rc = RemoteCounts::new("us", 100, 0);
         for d in 0..50u64 {
             for r in ["eu", "ap"] {
                 rc.merge(r, "k", &fixed(), 0, 100 + d, 1);
@@ -494,7 +497,7 @@ mod tests {
 
     #[test]
     fn cumulative_slots_expire_together() {
-        let mut rc = RemoteCounts::new("us", 100);
+        let mut rc = RemoteCounts::new("us", 100, 0);
         let p = bucket(); // full period 100 s
         rc.merge("eu", "k", &p, 0, 10, 0);
         rc.merge("ap", "k", &p, 0, 10, 50 * SECOND);
@@ -523,7 +526,7 @@ mod tests {
     const REGIONS: [&str; 3] = ["eu", "ap", "sa"];
 
     fn apply_all(params: &Params, reps: &[Report], now: Micros) -> RemoteCounts {
-        let mut rc = RemoteCounts::new("us", 1000);
+        let mut rc = RemoteCounts::new("us", 1000, 0);
         for &(r, k, w, c) in reps {
             let start = if params.kind() == crate::algo::Kind::TokenBucket {
                 0
@@ -649,7 +652,7 @@ mod tests {
                 msgs.swap(i, (s >> 33) as usize % (i + 1));
             }
             let now = 1_000 * SECOND;
-            let mut rc = RemoteCounts::new("us", 10);
+            let mut rc = RemoteCounts::new("us", 10, 0);
             let mut st: Option<State> = None;
             // The local bucket exists before any remote figure arrives.
             let peek = |remote| Request { now, cost: 0, request_id: "", remote };

@@ -23,9 +23,9 @@
 //! budget and the simulator's bytes/s use.
 
 use crate::algo::Params;
+use crate::hash::{Keyed, KeyedMap};
 use crate::merge::figure_window;
 use crate::time::{MILLI, Micros};
-use std::collections::HashMap;
 
 /// One figure to send: the region's `count` for `key` in the window starting at
 /// `window_start` (0 for cumulative bucket figures).
@@ -110,16 +110,21 @@ impl Tracked {
 }
 
 /// This region's latest figures for global keys, as one daemon observed them.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LocalUsage {
-    keys: HashMap<String, Vec<Tracked>>,
+    keys: KeyedMap<String, Vec<Tracked>>,
     quiet_seen: usize,
 }
 
 impl LocalUsage {
-    /// An empty table.
-    pub fn new() -> LocalUsage {
-        LocalUsage::default()
+    /// An empty table, hashed with [`Keyed`] under `seed` (keys come from clients: the
+    /// daemon passes a secret drawn from OS randomness, a simulation one from its seed).
+    /// Nothing depends on the map's order: [`LocalUsage::select`] sorts what it ships.
+    pub fn new(seed: u64) -> LocalUsage {
+        LocalUsage {
+            keys: KeyedMap::with_hasher(Keyed::new(seed)),
+            quiet_seen: 0,
+        }
     }
 
     /// Records a decision's figure for a global rule's key at `now`.
@@ -322,7 +327,7 @@ mod tests {
 
     #[test]
     fn only_busy_changed_figures_ship() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         let p = fixed(1000);
         u.observe("quiet", &p, 10, 1, 100, 100); // exactly 10%: not above
         u.observe("busy", &p, 10, 1, 101, 101);
@@ -341,7 +346,7 @@ mod tests {
 
     #[test]
     fn quiet_keys_are_not_held() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         for i in 0..1000 {
             u.observe(&format!("k{i}"), &fixed(1000), 10, 1, 50, 50);
         }
@@ -359,7 +364,7 @@ mod tests {
 
     #[test]
     fn nearest_the_limit_first_and_the_rest_deferred() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         u.observe("a", &fixed(1000), 10, 1, 200, 200); // 20%
         u.observe("b", &fixed(100), 10, 1, 90, 90); // 90%
         u.observe("c", &fixed(1000), 10, 1, 500, 500); // 50%
@@ -379,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_byte_budget_bounds_an_interval() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         for i in 0..1000 {
             u.observe(&format!("sl:{{k{i}}}:r"), &fixed(100), 10, 1, 50, 50);
         }
@@ -401,7 +406,7 @@ mod tests {
 
     #[test]
     fn unchanged_figures_are_resent_after_a_while() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         u.observe("k", &fixed(100), 10, 1, 50, 50);
         let budget = Budget {
             resend_after: SECOND,
@@ -414,7 +419,7 @@ mod tests {
 
     #[test]
     fn resend_all_ships_unchanged_busy_figures_again() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         u.observe("busy", &fixed(100), 10, 1, 50, 50);
         u.observe("quiet", &fixed(100), 10, 1, 5, 5);
         assert_eq!(u.select(2, &unbounded()).entries.len(), 1);
@@ -427,7 +432,7 @@ mod tests {
 
     #[test]
     fn windows_roll_and_expire() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         let p = fixed(100);
         u.observe("k", &p, 10, 1, 50, 50);
         u.observe("k", &p, 10, MIN + 1, 20, 20);
@@ -455,7 +460,7 @@ mod tests {
 
     #[test]
     fn buckets_ship_cumulative_figures_by_depletion() {
-        let mut u = LocalUsage::new();
+        let mut u = LocalUsage::new(0);
         let p = Params::TokenBucket {
             rate_per_s: 10,
             burst: 100,

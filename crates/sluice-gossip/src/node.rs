@@ -267,8 +267,12 @@ impl Node {
         .map_err(|e| GossipError::Membership(format!("{e:#}")))?;
         let live = handle.chitchat().lock().await.live_nodes_watcher();
         let inner = Arc::new(Inner {
-            remote: RwLock::new(RemoteCounts::new(&cfg.region, cfg.max_remote_keys)),
-            usage: Mutex::new(LocalUsage::new()),
+            remote: RwLock::new(RemoteCounts::new(
+                &cfg.region,
+                cfg.max_remote_keys,
+                os_seed(),
+            )),
+            usage: Mutex::new(LocalUsage::new(os_seed())),
             codec,
             socket,
             metrics,
@@ -607,6 +611,14 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
         }
     }
     m.lag((now / 1000).saturating_sub(u.sent_ms));
+}
+
+/// A secret seed for the hot-path maps of the merge and ship tables, drawn from OS
+/// randomness (through std's randomly keyed hasher): their keys come from clients and peers,
+/// and the core, which reads no randomness itself, takes the seed from this shell.
+fn os_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
 }
 
 #[cfg(test)]

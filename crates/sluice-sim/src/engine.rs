@@ -205,6 +205,8 @@ pub struct Sim<'a> {
     truth_cache: Vec<Vec<Vec<(u32, u32)>>>,
     /// A reused buffer for `measure`.
     ids: Vec<(usize, usize, bool)>,
+    /// A reused buffer for a request's store answers.
+    answers: Vec<Answer>,
     regions: Vec<Region>,
     up: Vec<bool>,
     gens: Vec<Generator>,
@@ -232,8 +234,8 @@ const STREAM_LATENCY: u64 = 2 << 32;
 const STREAM_PHASE: u64 = 3 << 32;
 const STREAM_LINK: u64 = 4 << 32;
 
-/// The hasher seed of a store map: drawn from the run's seed, so which keys a full store
-/// evicts (it depends on the map's order) is the same on every rerun.
+/// The hasher seed of a store's or a daemon's maps, drawn from the run's seed: which keys a
+/// full store evicts depends on the map's order, so it must be the same on every rerun.
 fn store_seed(seed: u64) -> u64 {
     Rng::stream(seed, 5 << 32).next_u64()
 }
@@ -279,6 +281,7 @@ impl<'a> Sim<'a> {
                 .map(|t| vec![Vec::new(); t.keys.len()])
                 .collect(),
             ids: Vec::new(),
+            answers: Vec::new(),
             regions,
             up: vec![true; n],
             gens,
@@ -329,8 +332,8 @@ impl<'a> Sim<'a> {
         let old_epoch = self.regions[r].daemons.first().map_or(0, |d| d.epoch);
         self.regions[r].daemons = (0..sc.daemons)
             .map(|_| Daemon {
-                remote: RemoteCounts::new(name, sc.gossip.max_keys),
-                usage: LocalUsage::new(),
+                remote: RemoteCounts::new(name, sc.gossip.max_keys, store_seed(self.seed)),
+                usage: LocalUsage::new(store_seed(self.seed)),
                 local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
                 epoch: old_epoch + 1,
                 timer: 0,
@@ -530,7 +533,8 @@ impl<'a> Sim<'a> {
         self.replicate(r, sim_now);
         let store_ok = sim_now >= self.regions[r].store_down_until;
         let permille = self.sc.store.local_permille;
-        let mut answers = Vec::with_capacity(plan.calls.len());
+        let mut answers = std::mem::take(&mut self.answers);
+        answers.clear();
         for (i, pc) in plan.calls.iter().enumerate() {
             self.metrics.store_calls += 1;
             let region = &mut self.regions[r];
@@ -558,6 +562,7 @@ impl<'a> Sim<'a> {
         let decision = plan.decide(1, &answers);
         self.measure(r, (traffic, key), now, cost, &plan, &decision);
         self.observe(r, d, now, cost, &plan, &answers);
+        self.answers = answers;
     }
 
     /// The index of a rule of the domain, from its address (the plan borrows the domain's
