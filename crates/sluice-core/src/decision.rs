@@ -172,14 +172,20 @@ pub fn plan<'a>(
                 calls[c].rules.push(i);
             }
             None => {
+                // Sized for the rules left, so adding a rule of the same identity (the usual
+                // case) never reallocates.
+                let mut items = Vec::with_capacity(applied.len() - i);
+                items.push(item);
+                let mut rules = Vec::with_capacity(applied.len() - i);
+                rules.push(i);
                 calls.push(PlannedCall {
                     call: Call {
                         now,
                         cost,
                         request_id: request_id.to_string(),
-                        items: vec![item],
+                        items,
                     },
-                    rules: vec![i],
+                    rules,
                 });
             }
         }
@@ -232,6 +238,7 @@ impl Plan<'_> {
     /// Combines the answers (one per call, in order) into the decision.
     pub fn decide(&self, rules_version: u64, answers: &[Answer]) -> Decision {
         let mut d = Decision::unlimited(rules_version);
+        d.policies = Vec::with_capacity(self.applied.len());
         let mut unavailable = false;
         let mut longest: Option<(u64, Arc<str>)> = None;
         for (pc, ans) in self.calls.iter().zip(answers) {

@@ -5,6 +5,7 @@
 use crate::algo::Params;
 use crate::hash::rollout_bucket;
 use crate::rules::{Domain, Mode, Override, Rule};
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -211,7 +212,8 @@ fn matches(rule: &Rule, d: &Descriptors) -> bool {
 /// before rollout and exemptions are considered.
 pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
     let idx = &domain.index;
-    let mut cand: Vec<u32> = Vec::with_capacity(idx.unanchored.len() + 8);
+    // Candidates, hits and groups are few: on the stack, not one allocation each per request.
+    let mut cand: SmallVec<[u32; 16]> = SmallVec::new();
     cand.extend_from_slice(&idx.unanchored);
     // Descriptors are bounded (MAX_DESCRIPTORS), so their hashes fit on the stack.
     let mut hash_buf = [0u64; MAX_DESCRIPTORS];
@@ -226,13 +228,13 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
     }
     cand.sort_unstable();
     cand.dedup();
-    let mut hits: Vec<&Rule> = cand
+    let mut hits: SmallVec<[&Rule; 8]> = cand
         .iter()
         .map(|&i| &domain.rules[i as usize])
         .filter(|r| matches(r, d))
         .collect();
     // Groups: keep the most specific; `hits` is in file order so the first wins ties.
-    let mut best: Vec<(&str, usize, &Rule)> = Vec::new();
+    let mut best: SmallVec<[(&str, usize, &Rule); 4]> = SmallVec::new();
     for r in &hits {
         if let Some(g) = &r.group {
             match best.iter_mut().find(|(bg, _, _)| *bg == g.as_str()) {
@@ -249,10 +251,10 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
             .any(|(bg, _, br)| bg == g && std::ptr::eq(*br, *r)),
     });
 
-    let ovs: Vec<&Override> = if idx.overrides.is_empty() {
-        Vec::new()
+    let ovs: SmallVec<[&Override; 4]> = if idx.overrides.is_empty() {
+        SmallVec::new()
     } else {
-        let mut ids: Vec<u32> = Vec::new();
+        let mut ids: SmallVec<[u32; 8]> = SmallVec::new();
         for h in hashes {
             if let Some(o) = idx.overrides.get(h) {
                 ids.extend_from_slice(o);
@@ -269,20 +271,16 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
         return Vec::new();
     }
 
-    let mut out = Vec::with_capacity(hits.len());
-    // Rules usually share their key fields: build each distinct identity once.
-    let mut seen: Vec<(&[String], Option<String>)> = Vec::new();
+    let mut out: Vec<Applied<'a>> = Vec::with_capacity(hits.len());
     for r in hits {
         if r.mode == Mode::Off {
             continue;
         }
-        let ident = match seen.iter().find(|(k, _)| *k == r.key.as_slice()) {
-            Some((_, id)) => id.clone(),
-            None => {
-                let id = identity(&domain.name, &r.key, d);
-                seen.push((&r.key, id.clone()));
-                id
-            }
+        // Rules usually share their key fields: an identity already applied is copied rather
+        // than built again (one that was not applied, or is missing a field, is built again).
+        let ident = match out.iter().find(|a| a.rule.key == r.key) {
+            Some(a) => Some(a.identity.clone()),
+            None => identity(&domain.name, &r.key, d),
         };
         let Some(identity) = ident else {
             continue;
