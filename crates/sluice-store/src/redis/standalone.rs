@@ -59,6 +59,7 @@ pub struct RedisStore {
     engine: Arc<Engine>,
     url: String,
     jobs: mpsc::Sender<Job>,
+    slots: Arc<Semaphore>,
     stats: Arc<BatchStats>,
 }
 
@@ -97,12 +98,20 @@ impl RedisStore {
         let engine = Arc::new(Engine::new(cfg));
         let stats = Arc::new(BatchStats::default());
         let (jobs, queue) = mpsc::channel(QUEUE);
-        tokio::spawn(batcher(queue, conn.clone(), engine.clone(), stats.clone()));
+        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        tokio::spawn(batcher(
+            queue,
+            conn.clone(),
+            engine.clone(),
+            slots.clone(),
+            stats.clone(),
+        ));
         let store = RedisStore {
             conn,
             engine,
             url: redact(url),
             jobs,
+            slots,
             stats,
         };
         let mut c = store.conn.clone();
@@ -126,7 +135,21 @@ impl RedisStore {
         )
     }
 
+    /// Runs the call at once when a slot is free and nobody queues (no hop through the
+    /// batcher: an idle daemon's latency is the plain `EVALSHA`'s); otherwise queues it for
+    /// the next batch.
     async fn queue_and_wait(&self, call: ScriptCall) -> Result<redis::Value, StoreError> {
+        if self.jobs.capacity() == self.jobs.max_capacity()
+            && let Ok(_slot) = self.slots.try_acquire()
+        {
+            self.stats.runs.fetch_add(1, Ordering::Relaxed);
+            self.stats.calls.fetch_add(1, Ordering::Relaxed);
+            let mut conn = self.conn.clone();
+            return self
+                .engine
+                .eval(&mut conn, &self.engine.check, &call.keys, &call.args)
+                .await;
+        }
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job { call, reply })
@@ -138,21 +161,21 @@ impl RedisStore {
     }
 }
 
-/// Forms batches: takes a slot of [`IN_FLIGHT`], then the first waiting call and every call
-/// queued behind it (up to [`MAX_BATCH`]), and sends them as one script run. Ends when the
-/// store is dropped.
+/// Forms batches: waits for a queued call, then for a slot of [`IN_FLIGHT`] (shared with
+/// the callers' direct runs), then takes every call queued meanwhile (up to [`MAX_BATCH`])
+/// and sends them as one script run. Ends when the store is dropped.
 async fn batcher(
     mut queue: mpsc::Receiver<Job>,
     conn: ConnectionManager,
     engine: Arc<Engine>,
+    slots: Arc<Semaphore>,
     stats: Arc<BatchStats>,
 ) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
+        let Some(first) = queue.recv().await else {
             return;
         };
-        let Some(first) = queue.recv().await else {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
         let mut jobs = Vec::with_capacity(8);
