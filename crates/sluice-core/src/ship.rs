@@ -23,7 +23,7 @@
 //! budget and the simulator's bytes/s use.
 
 use crate::algo::Params;
-use crate::hash::{Keyed, KeyedMap};
+use crate::hash::{InlineKey, Keyed, KeyedMap};
 use crate::merge::figure_window;
 use crate::time::{MILLI, Micros};
 
@@ -112,7 +112,7 @@ impl Tracked {
 /// This region's latest figures for global keys, as one daemon observed them.
 #[derive(Clone, Debug)]
 pub struct LocalUsage {
-    keys: KeyedMap<String, Vec<Tracked>>,
+    keys: KeyedMap<InlineKey, Vec<Tracked>>,
     quiet_seen: usize,
 }
 
@@ -152,7 +152,7 @@ impl LocalUsage {
             return;
         };
         let limit = params.limit();
-        let windows = match self.keys.get_mut(key) {
+        let windows = match self.keys.get_mut(key.as_bytes()) {
             Some(w) => w,
             None if !above(busy, limit, threshold_pct) => {
                 // A quiet key is not tracked: its figure is the store's (an absolute count,
@@ -161,7 +161,10 @@ impl LocalUsage {
                 self.quiet_seen += 1;
                 return;
             }
-            None => self.keys.entry(key.to_string()).or_default(),
+            None => self
+                .keys
+                .entry(InlineKey::from_slice(key.as_bytes()))
+                .or_default(),
         };
         if let Some(t) = windows.iter_mut().find(|t| t.start == fw.start) {
             t.figure = t.figure.max(figure);
@@ -204,7 +207,8 @@ impl LocalUsage {
             quiet: std::mem::take(&mut self.quiet_seen),
             ..Batch::default()
         };
-        let mut due: Vec<(&str, &mut Tracked)> = Vec::new();
+        // Keys as bytes: they went in as `str`, and bytes sort as the `str` would.
+        let mut due: Vec<(&[u8], &mut Tracked)> = Vec::new();
         self.keys.retain(|_, w| {
             w.retain(|t| t.expires > now);
             !w.is_empty()
@@ -215,7 +219,7 @@ impl LocalUsage {
                     continue;
                 }
                 if t.is_busy() {
-                    due.push((k.as_str(), t));
+                    due.push((k.as_slice(), t));
                 } else if t.shipped.is_none_or(|s| t.figure > s) {
                     batch.quiet += 1;
                 }
@@ -230,7 +234,8 @@ impl LocalUsage {
                 .then_with(|| a.start.cmp(&b.start))
         });
         for (k, t) in due {
-            let size = entry_bytes(k, t.start, t.figure);
+            let k = String::from_utf8_lossy(k);
+            let size = entry_bytes(&k, t.start, t.figure);
             if batch.entries.len() >= budget.max_entries || batch.bytes + size > budget.max_bytes {
                 batch.deferred += 1;
                 continue;
@@ -239,7 +244,7 @@ impl LocalUsage {
             t.shipped = Some(t.figure);
             t.shipped_at = now;
             batch.entries.push(ShipEntry {
-                key: k.to_string(),
+                key: k.into_owned(),
                 window_start: t.start,
                 count: t.figure,
             });
