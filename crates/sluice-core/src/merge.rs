@@ -335,13 +335,7 @@ fn sum(slots: &[Slot], keep: impl Fn(&Slot) -> bool) -> u64 {
 }
 
 /// The max-merge of one figure into a key's slots.
-fn merge_slot(
-    slots: &mut Slots,
-    region: u16,
-    fw: FigureWindow,
-    count: u64,
-    now: Micros,
-) -> Merged {
+fn merge_slot(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64, now: Micros) -> Merged {
     if let Some(s) = slots
         .iter_mut()
         .find(|s| s.region == region && s.start == fw.start)
