@@ -214,7 +214,7 @@ async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<
         }
         return;
     }
-    let (keys, args) = batch_form(&jobs);
+    let (keys, args) = batch_form(&mut jobs);
     match engine.eval(conn, &engine.check, &keys, &args).await {
         Ok(redis::Value::Array(replies)) if replies.len() == jobs.len() => {
             for (job, r) in jobs.into_iter().zip(replies) {
@@ -239,8 +239,9 @@ async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<
 }
 
 /// KEYS and ARGV of a batch: "B", the number of calls, then per call its key count, its
-/// argument count and its arguments (see `lua/check.lua`).
-fn batch_form(jobs: &[Job]) -> (Vec<String>, Vec<String>) {
+/// argument count and its arguments (see `lua/check.lua`). The arguments move into the
+/// batch; the keys are copied (a call's error names its key).
+fn batch_form(jobs: &mut [Job]) -> (Vec<String>, Vec<String>) {
     let nk: usize = jobs.iter().map(|j| j.call.keys.len()).sum();
     let na: usize = jobs.iter().map(|j| j.call.args.len() + 2).sum();
     let mut keys = Vec::with_capacity(nk);
@@ -251,7 +252,7 @@ fn batch_form(jobs: &[Job]) -> (Vec<String>, Vec<String>) {
         keys.extend(j.call.keys.iter().cloned());
         args.push(j.call.keys.len().to_string());
         args.push(j.call.args.len().to_string());
-        args.extend(j.call.args.iter().cloned());
+        args.append(&mut j.call.args);
     }
     (keys, args)
 }
