@@ -46,7 +46,7 @@ pub type KeyedMap<K, V> = std::collections::HashMap<K, V, Keyed>;
 /// compares bytes already in the cache line it probed, instead of following a pointer to a
 /// separately allocated `String` (a cache miss per lookup on large tables). Maps keyed by it
 /// are looked up with `key.as_bytes()`.
-pub(crate) type InlineKey = smallvec::SmallVec<[u8; 48]>;
+pub type InlineKey = smallvec::SmallVec<[u8; 48]>;
 
 /// The rollout bucket (0..100) of an identity for a rule.
 pub fn rollout_bucket(rule_id: &str, identity: &str) -> u8 {

@@ -10,7 +10,7 @@
 
 use crate::{BoxFuture, Store, StoreError};
 use sluice_core::batch::{Call, CallResult, Write, apply_into};
-use sluice_core::hash::{Keyed, KeyedMap, stable_hash};
+use sluice_core::hash::{InlineKey, Keyed, KeyedMap, stable_hash};
 use sluice_core::{Micros, State, algo};
 use std::hash::BuildHasher;
 use std::sync::Mutex;
@@ -29,7 +29,8 @@ struct Entry {
 /// no scratch space of its own).
 #[derive(Debug)]
 struct Shard {
-    map: KeyedMap<String, Entry>,
+    /// Short keys sit inside the map's slots (no pointer to follow on a lookup).
+    map: KeyedMap<InlineKey, Entry>,
     states: Vec<Option<State>>,
     writes: Vec<Write>,
 }
@@ -128,7 +129,7 @@ impl MemoryStore {
         let now = call.now;
         states.clear();
         for item in &call.items {
-            let st = match map.get(&item.key) {
+            let st = match map.get(item.key.as_bytes()) {
                 Some(e) if e.expires > now => {
                     if e.state.kind() != item.params.kind() {
                         return Err(StoreError::Corrupt {
@@ -150,7 +151,7 @@ impl MemoryStore {
         for (item, w) in call.items.iter().zip(writes.drain(..)) {
             if let Write::Put(state, ttl) = w {
                 if ttl == 0 {
-                    map.remove(&item.key);
+                    map.remove(item.key.as_bytes());
                 } else {
                     self.insert(
                         map,
@@ -167,8 +168,8 @@ impl MemoryStore {
         Ok(result)
     }
 
-    fn insert(&self, map: &mut KeyedMap<String, Entry>, key: &str, e: Entry, now: Micros) {
-        if let Some(slot) = map.get_mut(key) {
+    fn insert(&self, map: &mut KeyedMap<InlineKey, Entry>, key: &str, e: Entry, now: Micros) {
+        if let Some(slot) = map.get_mut(key.as_bytes()) {
             *slot = e;
             return;
         }
@@ -186,24 +187,27 @@ impl MemoryStore {
                 self.evictions.fetch_add(1, Ordering::Relaxed);
             }
         }
-        map.insert(key.to_string(), e);
+        map.insert(InlineKey::from_slice(key.as_bytes()), e);
     }
 
     /// Frees a concurrency slot.
     pub fn release_sync(&self, key: &str, request_id: &str, now: Micros) -> bool {
         let mut shard = Self::lock(self.shard(key));
         let map = &mut shard.map;
-        let Some(e) = map.get(key).filter(|e| e.expires > now) else {
+        let Some(e) = map.get(key.as_bytes()).filter(|e| e.expires > now) else {
             return false;
         };
         let (next, freed) = algo::release(Some(&e.state), request_id, now);
         match next {
             Some(state) => {
                 let expires = e.expires;
-                map.insert(key.to_string(), Entry { state, expires });
+                map.insert(
+                    InlineKey::from_slice(key.as_bytes()),
+                    Entry { state, expires },
+                );
             }
             None => {
-                map.remove(key);
+                map.remove(key.as_bytes());
             }
         }
         freed
@@ -247,7 +251,7 @@ impl MemoryStore {
     pub fn get(&self, key: &str, now: Micros) -> Option<State> {
         Self::lock(self.shard(key))
             .map
-            .get(key)
+            .get(key.as_bytes())
             .filter(|e| e.expires > now)
             .map(|e| e.state.clone())
     }
