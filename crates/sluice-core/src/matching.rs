@@ -97,8 +97,12 @@ impl Hasher for PassThrough {
     }
 }
 
+/// The index key of `(field, value)`. Only this process's index and lookups use it (built
+/// together from the same rule set), so it need not be stable across releases: foldhash with
+/// its fixed seed, several bytes at a time, rather than FNV's one.
 fn pair_hash(field: &str, value: &str) -> u64 {
-    crate::hash::stable_hash(&[field, value])
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::default().hash_one((field, value))
 }
 
 /// Rules and overrides indexed by their rarest exact `(field, value)`.
@@ -158,6 +162,14 @@ pub struct Applied<'a> {
 
 /// Escapes what would end a hash tag or blur the identity's structure.
 fn push_escaped(out: &mut String, s: &str) {
+    // Most values need no escape: copy them whole.
+    if !s
+        .bytes()
+        .any(|b| matches!(b, b'%' | b'{' | b'}' | b'|' | b'='))
+    {
+        out.push_str(s);
+        return;
+    }
     for c in s.chars() {
         match c {
             '%' => out.push_str("%25"),

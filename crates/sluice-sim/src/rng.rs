@@ -81,8 +81,8 @@ impl Rng {
 /// draw instead of a binary search over a large table).
 #[derive(Clone, Debug)]
 pub struct Zipf {
-    prob: Vec<f64>,
-    alias: Vec<u32>,
+    /// Per key: its probability and its alias, side by side (one cache line per draw).
+    table: Vec<(f64, u32)>,
 }
 
 impl Zipf {
@@ -106,17 +106,16 @@ impl Zipf {
         for i in small.into_iter().chain(large) {
             prob[i] = 1.0;
         }
-        Zipf { prob, alias }
+        Zipf {
+            table: prob.into_iter().zip(alias).collect(),
+        }
     }
 
     /// A key index.
     pub fn sample(&self, rng: &mut Rng) -> usize {
-        let i = rng.below(self.prob.len());
-        if rng.unit() < self.prob[i] {
-            i
-        } else {
-            self.alias[i] as usize
-        }
+        let i = rng.below(self.table.len());
+        let (prob, alias) = self.table[i];
+        if rng.unit() < prob { i } else { alias as usize }
     }
 }
 
