@@ -170,14 +170,14 @@ local function tb_load(key, ki)
     local v, e = get_string(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
-    local a, b, c, d = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+    -- The normalized form ("ts") first: it is what an unshared bucket holds.
+    local a, b, c, d = '0', string.match(v, '^(%d+)$'), '0', '0'
+    if b == nil then
+        a, b, c, d = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+    end
     if a == nil then
         a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
         d = '0'
-    end
-    if a == nil then
-        b = string.match(v, '^(%d+)$')
-        a, c, d = '0', '0', '0'
     end
     local tokens, ts, seen, used = uint(a), uint(b), uint(c), uint(d)
     if tokens == nil or ts == nil or seen == nil or used == nil then
