@@ -4,14 +4,14 @@ use serde_json::{Value, json};
 use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports, http_get, http_request};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const RULES: &str = r#"
 domain: api
 rules:
   - { id: open, match: { route: open }, key: [k], algorithm: fixed_window, limit: 1000, window: 1m, on_store_failure: open }
   - { id: closed, match: { route: closed }, key: [k], algorithm: fixed_window, limit: 1000, window: 1m, on_store_failure: closed }
-  - { id: local, match: { route: local }, key: [k], algorithm: fixed_window, limit: 10, window: 1m, on_store_failure: local }
+  - { id: local, match: { route: local }, key: [k], algorithm: fixed_window, limit: 10, window: 1h, on_store_failure: local }
   - { id: daily, match: { route: quota }, key: [k], algorithm: fixed_window, limit: 100, window: 1d, on_store_failure: local }
 "#;
 
@@ -91,6 +91,14 @@ fn redis_paused_every_mode_does_what_it_says_then_recovers() {
         while check(s.http, route, "warm").0["code"] != "OK" {
             assert!(Instant::now() < deadline, "{route} never answered OK");
         }
+    }
+    // The local rule counts in hourly windows: checks that straddled two windows would see
+    // two local allowances. Start well inside one (this waits at most once an hour).
+    let into_hour = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() % 3600);
+    if into_hour > 3540 {
+        std::thread::sleep(Duration::from_secs(3601 - into_hour));
     }
     redis.pause().expect("SIGSTOP");
     let mut lat = Vec::new();

@@ -13,6 +13,14 @@ use sluice_store::redis::RedisStore;
 use sluice_store::{Store, StoreError};
 use std::sync::Arc;
 
+async fn store(server: &sluice_testkit::RedisServer) -> Arc<RedisStore> {
+    Arc::new(
+        RedisStore::connect(&common::config(server.url()))
+            .await
+            .expect("store"),
+    )
+}
+
 fn window(limit: u64) -> Params {
     Params::FixedWindow {
         limit,
@@ -25,11 +33,7 @@ fn window(limit: u64) -> Params {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_calls_stay_exact_and_answer_each_caller() {
     let server = common::redis();
-    let store = Arc::new(
-        RedisStore::connect(&common::config(server.url()))
-            .await
-            .expect("store"),
-    );
+    let store = store(&server).await;
     let tasks: Vec<_> = (0..600u64)
         .map(|i| {
             let store = store.clone();
@@ -69,11 +73,7 @@ async fn batched_calls_stay_exact_and_answer_each_caller() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_in_a_batch_is_that_calls_alone() {
     let server = common::redis();
-    let store = Arc::new(
-        RedisStore::connect(&common::config(server.url()))
-            .await
-            .expect("store"),
-    );
+    let store = store(&server).await;
     let bad = "sl:{bad}:w".to_string();
     // A fixed window counts in `<key>:<window start>`: make that key a list.
     let bad_window = sluice_store::redis::item_keys(&item(&bad, window(5)), T0)[0].clone();
