@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const RULES: &str = r#"
 domain: api
 rules:
-  - { id: open, match: { route: open }, key: [k], algorithm: fixed_window, limit: 1000, window: 1m, on_store_failure: open }
-  - { id: closed, match: { route: closed }, key: [k], algorithm: fixed_window, limit: 1000, window: 1m, on_store_failure: closed }
+  - { id: open, match: { route: open }, key: [k], algorithm: fixed_window, limit: 1000, window: 1h, on_store_failure: open }
+  - { id: closed, match: { route: closed }, key: [k], algorithm: fixed_window, limit: 1000, window: 1h, on_store_failure: closed }
   - { id: local, match: { route: local }, key: [k], algorithm: fixed_window, limit: 10, window: 1h, on_store_failure: local }
   - { id: daily, match: { route: quota }, key: [k], algorithm: fixed_window, limit: 100, window: 1d, on_store_failure: local }
 "#;
@@ -82,6 +82,16 @@ fn tmp(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn redis_paused_every_mode_does_what_it_says_then_recovers() {
+    // The rules count in hourly windows and this test compares counts taken seconds apart
+    // (the local allowance while paused, the warm-up count after recovery): a window
+    // boundary in between would start a fresh count. Start well inside one hour (this waits
+    // at most once an hour, for under a minute).
+    let into_hour = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() % 3600);
+    if into_hour > 3540 {
+        std::thread::sleep(Duration::from_secs(3601 - into_hour));
+    }
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let dir = tmp("pause");
     let s = start(&redis, &dir, &dir.join("quota.journal"), 3);
@@ -91,14 +101,6 @@ fn redis_paused_every_mode_does_what_it_says_then_recovers() {
         while check(s.http, route, "warm").0["code"] != "OK" {
             assert!(Instant::now() < deadline, "{route} never answered OK");
         }
-    }
-    // The local rule counts in hourly windows: checks that straddled two windows would see
-    // two local allowances. Start well inside one (this waits at most once an hour).
-    let into_hour = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() % 3600);
-    if into_hour > 3540 {
-        std::thread::sleep(Duration::from_secs(3601 - into_hour));
     }
     redis.pause().expect("SIGSTOP");
     let mut lat = Vec::new();
