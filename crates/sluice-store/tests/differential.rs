@@ -451,17 +451,23 @@ fn seeds(base: u64, n: u64) -> Vec<u64> {
     }
 }
 
-/// A shared bucket's `used` stops at 2^53 − 1 alike (the sequences never get near it): Lua
-/// adds past 2^53 inexactly, and its `min` must still land on the same figure.
-#[test]
-fn used_saturates_alike_near_2_pow_53() {
-    let server = redis();
+/// A connection to `server` with `check.lua` loaded, and the script's SHA.
+fn script_loaded(server: &sluice_testkit::RedisServer) -> (redis::Connection, String) {
     let mut conn = sync_conn(&server.url());
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(CHECK_SCRIPT)
         .query(&mut conn)
         .expect("SCRIPT LOAD");
+    (conn, sha)
+}
+
+/// A shared bucket's `used` stops at 2^53 − 1 alike (the sequences never get near it): Lua
+/// adds past 2^53 inexactly, and its `min` must still land on the same figure.
+#[test]
+fn used_saturates_alike_near_2_pow_53() {
+    let server = redis();
+    let (mut conn, sha) = script_loaded(&server);
     let now: Micros = 1_700_000_000 * SECOND;
     let max = sluice_core::algo::MAX_USED;
     for (i, (params, stored)) in [
@@ -531,12 +537,7 @@ fn used_saturates_alike_near_2_pow_53() {
 #[test]
 fn lua_and_rust_agree_on_random_sequences() {
     let server = redis();
-    let mut conn = sync_conn(&server.url());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SCRIPT)
-        .query(&mut conn)
-        .expect("SCRIPT LOAD");
+    let (mut conn, sha) = script_loaded(&server);
     assert_eq!(sha, script_sha(CHECK_SCRIPT));
     let mut tally = Tally::default();
 

@@ -53,6 +53,14 @@ struct BatchStats {
     calls: AtomicU64,
 }
 
+impl BatchStats {
+    /// One script run carrying `calls` calls.
+    fn count(&self, calls: usize) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.calls.fetch_add(calls as u64, Ordering::Relaxed);
+    }
+}
+
 /// The counter store on one standalone Redis.
 pub struct RedisStore {
     conn: ConnectionManager,
@@ -142,8 +150,7 @@ impl RedisStore {
         if self.jobs.capacity() == self.jobs.max_capacity()
             && let Ok(_slot) = self.slots.try_acquire()
         {
-            self.stats.runs.fetch_add(1, Ordering::Relaxed);
-            self.stats.calls.fetch_add(1, Ordering::Relaxed);
+            self.stats.count(1);
             let mut conn = self.conn.clone();
             return self
                 .engine
@@ -192,8 +199,7 @@ async fn batcher(
         if jobs.is_empty() {
             continue;
         }
-        stats.runs.fetch_add(1, Ordering::Relaxed);
-        stats.calls.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        stats.count(jobs.len());
         let mut conn = conn.clone();
         let engine = engine.clone();
         tokio::spawn(async move {
@@ -215,26 +221,22 @@ async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<
         return;
     }
     let (keys, args) = batch_form(&mut jobs);
-    match engine.eval(conn, &engine.check, &keys, &args).await {
+    let e = match engine.eval(conn, &engine.check, &keys, &args).await {
         Ok(redis::Value::Array(replies)) if replies.len() == jobs.len() => {
             for (job, r) in jobs.into_iter().zip(replies) {
                 let _ = job.reply.send(one_reply(r, &job.call.keys));
             }
+            return;
         }
-        Ok(other) => {
-            let e = StoreError::Server(format!(
-                "unexpected reply from check.lua to a batch of {}: {other:?}",
-                jobs.len()
-            ));
-            for job in jobs {
-                let _ = job.reply.send(Err(e.clone()));
-            }
-        }
-        Err(e) => {
-            for job in jobs {
-                let _ = job.reply.send(Err(e.clone()));
-            }
-        }
+        Ok(other) => StoreError::Server(format!(
+            "unexpected reply from check.lua to a batch of {}: {other:?}",
+            jobs.len()
+        )),
+        Err(e) => e,
+    };
+    // The run as a whole failed: every call of it did.
+    for job in jobs {
+        let _ = job.reply.send(Err(e.clone()));
     }
 }
 
