@@ -45,8 +45,14 @@ pub struct MemoryStore {
 
 /// The hash tag of a key (`sl:{tag}:rule` → `tag`), or the whole key.
 fn tag(key: &str) -> &str {
-    match (key.find('{'), key.find('}')) {
-        (Some(a), Some(b)) if b > a + 1 => &key[a + 1..b],
+    // Redis Cluster's rule: the first `{`, then the first `}` after it, non-empty between.
+    // Byte scans: both are ASCII, so the slice bounds are char boundaries.
+    let b = key.as_bytes();
+    let Some(open) = b.iter().position(|&c| c == b'{') else {
+        return key;
+    };
+    match b[open + 1..].iter().position(|&c| c == b'}') {
+        Some(len) if len > 0 => &key[open + 1..open + 1 + len],
         _ => key,
     }
 }
@@ -284,6 +290,17 @@ mod tests {
     use sluice_core::algo::Window;
     use sluice_core::batch::Item;
     use sluice_core::{Params, Remote};
+
+    #[test]
+    fn tag_follows_redis_cluster() {
+        assert_eq!(tag("sl:{d|k=v}:rule"), "d|k=v");
+        assert_eq!(tag("plain"), "plain");
+        assert_eq!(tag("a{}b"), "a{}b");
+        assert_eq!(tag("a}b{c}d"), "c");
+        assert_eq!(tag("{a}{b}"), "a");
+        assert_eq!(tag("x{open"), "x{open");
+        assert_eq!(tag("é{ü}"), "ü");
+    }
 
     fn call(key: &str, now: Micros, params: Params) -> Call {
         Call {
