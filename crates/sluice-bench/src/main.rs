@@ -24,6 +24,11 @@ use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::time::Duration;
 
+/// The generator shares the machine with the server it measures: the less CPU it spends per
+/// request, the more the server gets.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Load generator for sluiced (gRPC, Envoy RLS, HTTP) and other Envoy rate limit services.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -18,6 +18,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// A large run makes about a dozen short-lived allocations per request (keys, plans,
+/// answers); mimalloc serves them in a fraction of glibc's instructions.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "sluice-sim",

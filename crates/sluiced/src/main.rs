@@ -5,6 +5,11 @@ use sluiced::config::Config;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// Every decision allocates a few short-lived keys, plans and buffers; mimalloc's per-thread
+/// free lists serve them in a fraction of glibc's instructions, without its arena contention.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The Sluice decision daemon.
 #[derive(Parser, Debug)]
 #[command(version, about)]
