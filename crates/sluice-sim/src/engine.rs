@@ -9,6 +9,12 @@
 //! receivers merge it into their `RemoteCounts`. Nothing here decides anything itself: it
 //! only moves time, messages and calls around, and counts.
 //!
+//! Two threads, one order: the ground truth (every counter's windows and exact limiter) and
+//! the shippers' usage tables only consume what decisions did, so an observer thread keeps
+//! them, fed compact records in decision order. The engine waits for it only where it needs
+//! an answer back (what a daemon ships, what must be learnt after a heal), so the output is
+//! the same as on one thread, byte for byte.
+//!
 //! Time is virtual, in microseconds, passed as `now`. Events at the same instant run in the
 //! order they were scheduled (a sequence number breaks ties), every random draw comes from a
 //! seeded stream, and no map is iterated in an order that depends on anything but its
@@ -23,24 +29,29 @@
 //!   more recent than that are lost;
 //! - gossip messages go from each shipping daemon to every daemon of every other region that
 //!   is up, each with its own delay draw and loss; a partition drops them, in flight too.
+//!   With `delivery = "per_region"` a region's daemons get a message at one moment (one draw
+//!   per region), hold the same view, and share one `RemoteCounts`: the first daemon's.
 
 use crate::fx::FxMap;
-use crate::metrics::{Metrics, measure_window};
+use crate::metrics::{Counter, HealCount, Measured, Metrics, NewTruth, TruthIndex};
 use crate::report::{self, Report};
 use crate::rng::Rng;
-use crate::scenario::{BusyOn, Event, Scenario, Shippers};
+use crate::scenario::{BusyOn, Delivery, Event, Scenario, Shippers};
 use crate::traffic::Generator;
 use sluice_core::Micros;
 use sluice_core::algo::Kind;
 use sluice_core::batch::Call;
 use sluice_core::decision::{Answer, Code, Plan, Via, plan};
+use sluice_core::hash::InlineKey;
 use sluice_core::merge::{RemoteCounts, rule_id_of};
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
-use sluice_core::ship::{LocalUsage, ShipEntry, message_bytes};
+use sluice_core::ship::{Batch, LocalUsage, ShipEntry, message_bytes};
 use sluice_store::MemoryStore;
+use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::rc::Rc;
+use std::sync::mpsc;
 
 /// How far a run has got, for a progress line.
 #[derive(Clone, Copy, Debug)]
@@ -55,7 +66,6 @@ pub struct Progress {
 
 struct Daemon {
     remote: RemoteCounts,
-    usage: LocalUsage,
     local: MemoryStore,
     /// Incarnation: bumped when the daemon restarts (messages to an older one are dropped).
     epoch: u32,
@@ -76,7 +86,6 @@ struct Region {
     store_down_until: Micros,
     last_exec: Micros,
     daemons: Vec<Daemon>,
-    cumulative: FxMap<String, (u64, Micros)>,
     latency_rng: Rng,
     phase_rng: Rng,
 }
@@ -146,6 +155,236 @@ impl Ord for Queued {
     }
 }
 
+/// What the engine hands the observer thread, in order.
+enum Rec {
+    /// A counter met for the first time.
+    Truth(NewTruth),
+    /// A decided request, for the ground truth.
+    Request(Measured),
+    /// What the store answered a shipping daemon for global rules.
+    Observe {
+        region: usize,
+        daemon: usize,
+        now: Micros,
+        cost: u64,
+        obs: Obs,
+    },
+    /// A daemon ships: answer with its [`Batch`].
+    Select {
+        region: usize,
+        daemon: usize,
+        now: Micros,
+    },
+    /// A region's daemons (re)start with empty usage tables.
+    StartDaemons { region: usize },
+    /// A region's store came back empty.
+    WipeCumulative { region: usize },
+    /// These regions' shippers send everything busy at their next shipment.
+    ResendAll { regions: Vec<usize> },
+    /// A heal at `now`: answer with [`Metrics::heal_counts`].
+    Heal {
+        now: Micros,
+        up: Vec<bool>,
+        th: Vec<u64>,
+    },
+}
+
+/// One global rule's answer, for a shipper.
+struct Obs {
+    /// Inline: memory allocated on one thread and freed on the other costs more than the copy.
+    key: InlineKey,
+    params: sluice_core::Params,
+    /// Share threshold, percent.
+    th: u8,
+    /// Bucket rules: whether the store charged the request.
+    charged: Option<bool>,
+    /// The region's count (window rules) or the bucket's usage.
+    usage: u64,
+    /// The count the decision saw: local and remote.
+    seen: u64,
+}
+
+/// What the observer answers.
+enum Reply {
+    Batch(Batch),
+    Heal(Vec<HealCount>),
+}
+
+/// Records sent per batch: large enough that the channel costs nothing per request, small
+/// enough that the observer starts early and a shipment waits little.
+const BATCH: usize = 1024;
+
+/// The engine's end of the observer thread.
+struct Pipe {
+    buf: Vec<Rec>,
+    tx: Option<mpsc::SyncSender<Vec<Rec>>>,
+    replies: Option<mpsc::Receiver<Reply>>,
+}
+
+impl Pipe {
+    fn send(&mut self, r: Rec) {
+        self.buf.push(r);
+        if self.buf.len() >= BATCH {
+            self.flush();
+        }
+    }
+
+    /// Sends what is buffered (kept until the observer runs).
+    fn flush(&mut self) {
+        let Some(tx) = &self.tx else { return };
+        if self.buf.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH));
+        // A closed channel means the observer panicked; `run` reports that at join.
+        let _ = tx.send(batch);
+    }
+
+    fn ask(&mut self, r: Rec) -> Option<Reply> {
+        self.send(r);
+        self.flush();
+        self.replies.as_ref().and_then(|rx| rx.recv().ok())
+    }
+
+    /// What daemon `d` of region `r` ships at `now`, once everything before is observed.
+    fn select(&mut self, region: usize, daemon: usize, now: Micros) -> Batch {
+        match self.ask(Rec::Select {
+            region,
+            daemon,
+            now,
+        }) {
+            Some(Reply::Batch(b)) => b,
+            _ => Batch::default(),
+        }
+    }
+
+    /// The heal counts, once everything before them is counted.
+    fn heal_counts(&mut self, now: Micros, up: Vec<bool>, th: Vec<u64>) -> Vec<HealCount> {
+        match self.ask(Rec::Heal { now, up, th }) {
+            Some(Reply::Heal(h)) => h,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The observer thread: handles every record, in order, then hands back the counts.
+fn observe_all(
+    mut o: Observer<'_>,
+    rx: mpsc::Receiver<Vec<Rec>>,
+    replies: mpsc::Sender<Reply>,
+) -> Metrics {
+    for batch in rx {
+        for rec in batch {
+            o.handle(rec, &replies);
+        }
+    }
+    o.metrics
+}
+
+/// The second core's share of a run: the ground truth, and the shippers' usage tables. Both
+/// only consume what a decision did; the engine asks back only at a shipment (what to send)
+/// and at a heal (what to learn), after everything before it was counted. Fed the same
+/// records in the same order, the run stays deterministic.
+struct Observer<'a> {
+    sc: &'a Scenario,
+    seed: u64,
+    metrics: Metrics,
+    /// Per region, per daemon: what it observed, for its shipments.
+    usage: Vec<Vec<LocalUsage>>,
+    /// Per region: units consumed of global bucket rules, by key, and when last charged.
+    cumulative: Vec<FxMap<String, (u64, Micros)>>,
+}
+
+/// Whether daemon `d` of a region ships.
+fn ships(sc: &Scenario, d: usize) -> bool {
+    sc.gossip.shippers == Shippers::EveryDaemon || d == 0
+}
+
+impl<'a> Observer<'a> {
+    fn new(sc: &'a Scenario, domain: &Domain, seed: u64) -> Observer<'a> {
+        let n = sc.regions.len();
+        Observer {
+            sc,
+            seed,
+            metrics: Metrics::new(domain.rules.len(), n, sc.warmup, sc.duration),
+            usage: (0..n).map(|_| Vec::new()).collect(),
+            cumulative: (0..n).map(|_| FxMap::default()).collect(),
+        }
+    }
+
+    fn handle(&mut self, rec: Rec, replies: &mpsc::Sender<Reply>) {
+        match rec {
+            Rec::Truth(t) => self.metrics.push_truth(t),
+            Rec::Request(m) => self.metrics.record(&m),
+            Rec::Observe {
+                region,
+                daemon,
+                now,
+                cost,
+                obs,
+            } => self.observe(region, daemon, now, cost, obs),
+            Rec::Select {
+                region,
+                daemon,
+                now,
+            } => {
+                let batch = self.usage[region][daemon].select(now, &self.sc.gossip.budget);
+                let _ = replies.send(Reply::Batch(batch));
+            }
+            Rec::StartDaemons { region } => {
+                self.usage[region] = (0..self.sc.daemons)
+                    .map(|_| LocalUsage::new(store_seed(self.seed)))
+                    .collect();
+            }
+            Rec::WipeCumulative { region } => self.cumulative[region] = FxMap::default(),
+            Rec::ResendAll { regions } => {
+                for r in regions {
+                    for u in &mut self.usage[r] {
+                        u.resend_all();
+                    }
+                }
+            }
+            Rec::Heal { now, up, th } => {
+                let _ = replies.send(Reply::Heal(self.metrics.heal_counts(now, &up, &th)));
+            }
+        }
+    }
+
+    /// Feeds a daemon's shipper with what the store answered for global rules.
+    fn observe(&mut self, r: usize, d: usize, now: Micros, cost: u64, o: Obs) {
+        let busy_on = self.sc.gossip.busy_on;
+        let cumulative = &mut self.cumulative[r];
+        let usage = &mut self.usage[r][d];
+        // Copied from a `String`: always UTF-8.
+        let Ok(key) = std::str::from_utf8(&o.key) else {
+            return;
+        };
+        let (figure, busy) = match o.charged {
+            Some(charged) => {
+                let period = o.params.window();
+                let c = match cumulative.get_mut(key) {
+                    Some(c) => c,
+                    None => cumulative.entry(key.to_string()).or_insert((0, now)),
+                };
+                if charged {
+                    if now > c.1 + period {
+                        // Idle for a refill period: the counter's TTL ran out.
+                        c.0 = 0;
+                    }
+                    c.0 += cost;
+                    c.1 = now;
+                }
+                (c.0, o.usage)
+            }
+            None => match busy_on {
+                BusyOn::RegionCount => (o.usage, o.usage),
+                BusyOn::SeenCount => (o.usage, o.seen),
+            },
+        };
+        usage.observe(key, &o.params, o.th, now, figure, busy);
+    }
+}
+
 /// What one daemon still has to learn after a heal.
 struct Need {
     key: String,
@@ -203,10 +442,10 @@ pub struct Sim<'a> {
     domain: &'a Domain,
     /// Counter ids by traffic, then key: `(tag, id)` pairs (see `measure`).
     truth_cache: Vec<Vec<Vec<(u32, u32)>>>,
-    /// A reused buffer for `measure`.
-    ids: Vec<(usize, usize, bool)>,
-    /// A reused buffer for a request's store answers.
-    answers: Vec<Answer>,
+    /// Counter ids by store key.
+    index: TruthIndex,
+    /// Records for the observer thread.
+    pipe: Pipe,
     regions: Vec<Region>,
     up: Vec<bool>,
     gens: Vec<Generator>,
@@ -219,7 +458,7 @@ pub struct Sim<'a> {
     threshold: Option<u8>,
     cut: Vec<Vec<bool>>,
     link_rng: Vec<Rng>,
-    /// Counters and ground truth.
+    /// Counters the engine keeps itself; the observer's are added at the end.
     pub metrics: Metrics,
     /// Gossip counters.
     pub gossip: GossipCounters,
@@ -257,7 +496,6 @@ impl<'a> Sim<'a> {
                 store_down_until: 0,
                 last_exec: 0,
                 daemons: Vec::new(),
-                cumulative: FxMap::default(),
                 latency_rng: Rng::stream(seed, STREAM_LATENCY + r as u64),
                 phase_rng: Rng::stream(seed, STREAM_PHASE + r as u64),
             })
@@ -280,8 +518,12 @@ impl<'a> Sim<'a> {
                 .iter()
                 .map(|t| vec![Vec::new(); t.keys.len()])
                 .collect(),
-            ids: Vec::new(),
-            answers: Vec::new(),
+            index: TruthIndex::new(n),
+            pipe: Pipe {
+                buf: Vec::with_capacity(BATCH),
+                tx: None,
+                replies: None,
+            },
             regions,
             up: vec![true; n],
             gens,
@@ -330,10 +572,10 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let name = &sc.regions[r];
         let old_epoch = self.regions[r].daemons.first().map_or(0, |d| d.epoch);
+        self.pipe.send(Rec::StartDaemons { region: r });
         self.regions[r].daemons = (0..sc.daemons)
             .map(|_| Daemon {
                 remote: RemoteCounts::new(name, sc.gossip.max_keys, store_seed(self.seed)),
-                usage: LocalUsage::new(store_seed(self.seed)),
                 local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
                 epoch: old_epoch + 1,
                 timer: 0,
@@ -395,11 +637,41 @@ impl<'a> Sim<'a> {
     }
 
     fn ships(&self, d: usize) -> bool {
-        self.sc.gossip.shippers == Shippers::EveryDaemon || d == 0
+        ships(self.sc, d)
     }
 
     /// Runs to the end, calling `progress` now and then.
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> Report {
+        let observer = Observer::new(self.sc, self.domain, self.seed);
+        let (tx, rx) = mpsc::sync_channel(16);
+        let (reply_tx, reply_rx) = mpsc::channel();
+        self.pipe.tx = Some(tx);
+        self.pipe.replies = Some(reply_rx);
+        let mut m = std::thread::scope(|s| {
+            let worker = s.spawn(move || observe_all(observer, rx, reply_tx));
+            // Close the channel even if the loop panics, or the scope would wait forever
+            // for the observer.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.events_loop(progress)
+            }));
+            self.pipe.flush();
+            self.pipe.tx = None;
+            let observed = worker.join();
+            if let Err(panic) = ran {
+                std::panic::resume_unwind(panic);
+            }
+            match observed {
+                Ok(m) => m,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        });
+        m.add_counts(&self.metrics);
+        m.finish();
+        report::build(self.sc, self.seed, &m, &self.gossip, &self.heals)
+    }
+
+    /// The event loop, to the end of the run.
+    fn events_loop(&mut self, progress: &mut dyn FnMut(&Progress)) {
         loop {
             // The earliest of the heap's top and the store FIFOs' fronts, ties by sequence.
             let mut best = self.heap.peek().map(|q| (q.at, q.seq, usize::MAX));
@@ -449,8 +721,6 @@ impl<'a> Sim<'a> {
             duration: self.sc.duration,
             requests: self.metrics.requests,
         });
-        self.metrics.finish();
-        report::build(self.sc, self.seed, &self.metrics, &self.gossip, &self.heals)
     }
 
     fn arrival(&mut self, g: usize) {
@@ -464,8 +734,9 @@ impl<'a> Sim<'a> {
                 let d = tg.pick_daemon(sc.daemons);
                 let k = tg.pick_key();
                 let cost = tg.cfg.cost;
+                let shared = sc.gossip.delivery == Delivery::PerRegion;
                 let region = &mut self.regions[r];
-                let remote = &region.daemons[d].remote;
+                let remote = &region.daemons[if shared { 0 } else { d }].remote;
                 let p = plan(domain, tg.descriptors(k), t, cost, "", |a| {
                     remote.remote_for(&a.key, &a.params, t)
                 });
@@ -533,8 +804,7 @@ impl<'a> Sim<'a> {
         self.replicate(r, sim_now);
         let store_ok = sim_now >= self.regions[r].store_down_until;
         let permille = self.sc.store.local_permille;
-        let mut answers = std::mem::take(&mut self.answers);
-        answers.clear();
+        let mut answers = Vec::with_capacity(plan.calls.len());
         for (i, pc) in plan.calls.iter().enumerate() {
             self.metrics.store_calls += 1;
             let region = &mut self.regions[r];
@@ -562,7 +832,6 @@ impl<'a> Sim<'a> {
         let decision = plan.decide(1, &answers);
         self.measure(r, (traffic, key), now, cost, &plan, &decision);
         self.observe(r, d, now, cost, &plan, &answers);
-        self.answers = answers;
     }
 
     /// The index of a rule of the domain, from its address (the plan borrows the domain's
@@ -580,7 +849,8 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Ground truth and counters for one decided request.
+    /// What one decided request did to the ground truth, for the observer: the counters it
+    /// reached (numbered here, where the keys are), and whether each refused.
     fn measure(
         &mut self,
         r: usize,
@@ -590,19 +860,19 @@ impl<'a> Sim<'a> {
         plan: &Plan<'a>,
         decision: &sluice_core::decision::Decision,
     ) {
-        let m = &mut self.metrics;
-        match decision.code {
-            Code::Ok => m.admitted += 1,
-            Code::OverLimit => m.denied += 1,
-            Code::Unavailable => m.unavailable += 1,
-        }
-        m.local_answers += decision
-            .policies
-            .iter()
-            .filter(|p| p.via == Via::Local)
-            .count() as u64;
-        let mut ids = std::mem::take(&mut self.ids);
-        ids.clear();
+        let mut m = Measured {
+            region: r as u8,
+            now,
+            cost,
+            code: decision.code,
+            local: decision
+                .policies
+                .iter()
+                .filter(|p| p.via == Via::Local)
+                .count() as u32,
+            decided_by: None,
+            counters: SmallVec::new(),
+        };
         for a in &plan.applied {
             if a.rule.mode != Mode::Enforce {
                 continue;
@@ -617,60 +887,36 @@ impl<'a> Sim<'a> {
             let tag = (ri * 65 + region.map_or(0, |r| r + 1)) as u32;
             let cached = &self.truth_cache[traffic as usize][key as usize];
             let id = match cached.iter().find(|(t, _)| *t == tag) {
-                Some(&(_, id)) => id as usize,
+                Some(&(_, id)) => id,
                 None => {
-                    let id = self.metrics.truth_id(ri, region, &a.key, &a.params);
-                    self.truth_cache[traffic as usize][key as usize].push((tag, id as u32));
+                    let (id, new) = self.index.id(ri, region, &a.key, &a.params);
+                    if let Some(new) = new {
+                        self.pipe.send(Rec::Truth(new));
+                    }
+                    self.truth_cache[traffic as usize][key as usize].push((tag, id));
                     id
                 }
             };
-            let m = &mut self.metrics;
-            m.demand(id, now, cost);
-            ids.push((ri, id, a.rule.charge_rejected));
-        }
-        let m = &mut self.metrics;
-        if decision.code == Code::OverLimit {
-            let mut refusing = 0;
-            let mut all_room = true;
-            for p in decision
-                .policies
-                .iter()
-                .filter(|p| !p.allowed && p.via != Via::FailedClosed)
-            {
-                if let Some((_, id, _)) = ids
+            let refusing = decision.code == Code::OverLimit
+                && decision
+                    .policies
                     .iter()
-                    .find(|(ri, _, _)| self.domain.rules[*ri].id == p.id)
-                {
-                    refusing += 1;
-                    all_room &= m.truths[*id].oracle_allows(now, cost);
-                }
+                    .any(|p| !p.allowed && p.via != Via::FailedClosed && p.id == a.rule.id);
+            if decision.decided_by.as_deref() == Some(&*a.rule.id) {
+                m.decided_by = Some(m.counters.len() as u8);
             }
-            if let Some(by) = &decision.decided_by
-                && let Some(&(ri, _, _)) = ids
-                    .iter()
-                    .find(|(ri, _, _)| self.domain.rules[*ri].id == *by)
-            {
-                m.rules[ri].denied += 1;
-                if refusing > 0 && all_room {
-                    m.rules[ri].false_rejections += 1;
-                }
-            }
+            m.counters.push(Counter {
+                id,
+                rule: ri as u32,
+                charge_rejected: a.rule.charge_rejected,
+                refusing,
+            });
         }
-        if decision.allowed() {
-            for (_, id, _) in &ids {
-                m.admit(*id, now, r, cost);
-            }
-        } else {
-            for (_, id, charge) in &ids {
-                if *charge {
-                    m.truths[*id].oracle_take(now, cost);
-                }
-            }
-        }
-        self.ids = ids;
+        self.pipe.send(Rec::Request(m));
     }
 
-    /// Feeds the daemon's shipper with the region figures of global rules the store answered.
+    /// Hands the observer what the store answered for global rules, for the daemon's
+    /// shipper.
     fn observe(
         &mut self,
         r: usize,
@@ -683,9 +929,6 @@ impl<'a> Sim<'a> {
         if !self.ships(d) {
             return;
         }
-        let threshold = self.threshold;
-        let busy_on = self.sc.gossip.busy_on;
-        let region = &mut self.regions[r];
         for (pc, ans) in plan.calls.iter().zip(answers) {
             let Answer::Done(res) = ans else { continue };
             for (k, &ai) in pc.rules.iter().enumerate() {
@@ -696,38 +939,30 @@ impl<'a> Sim<'a> {
                 let (Some(o), Some(item)) = (res.outcomes.get(k), pc.call.items.get(k)) else {
                     continue;
                 };
-                let th = threshold.unwrap_or(a.rule.share_threshold_pct);
-                let (figure, busy) = match a.params.kind() {
-                    Kind::TokenBucket | Kind::Gcra => {
-                        // The store's own charge rule (batch::apply): what it took.
-                        let charged = if res.allowed {
-                            o.allowed
-                        } else {
-                            item.enforce && item.charge_rejected
-                        };
-                        let period = a.params.window();
-                        let c = match region.cumulative.get_mut(&a.key) {
-                            Some(c) => c,
-                            None => region.cumulative.entry(a.key.clone()).or_insert((0, now)),
-                        };
-                        if charged {
-                            if now > c.1 + period {
-                                // Idle for a refill period: the counter's TTL ran out.
-                                c.0 = 0;
-                            }
-                            c.0 += cost;
-                            c.1 = now;
-                        }
-                        (c.0, o.usage)
-                    }
-                    _ => match busy_on {
-                        BusyOn::RegionCount => (o.usage, o.usage),
-                        BusyOn::SeenCount => (o.usage, o.limit.saturating_sub(o.remaining)),
-                    },
+                let charged = match a.params.kind() {
+                    // The store's own charge rule (batch::apply): what it took.
+                    Kind::TokenBucket | Kind::Gcra => Some(if res.allowed {
+                        o.allowed
+                    } else {
+                        item.enforce && item.charge_rejected
+                    }),
+                    _ => None,
                 };
-                region.daemons[d]
-                    .usage
-                    .observe(&a.key, &a.params, th, now, figure, busy);
+                let obs = Obs {
+                    key: InlineKey::from_slice(a.key.as_bytes()),
+                    params: a.params.as_ref().clone(),
+                    th: self.threshold.unwrap_or(a.rule.share_threshold_pct),
+                    charged,
+                    usage: o.usage,
+                    seen: o.limit.saturating_sub(o.remaining),
+                };
+                self.pipe.send(Rec::Observe {
+                    region: r,
+                    daemon: d,
+                    now,
+                    cost,
+                    obs,
+                });
             }
         }
     }
@@ -743,9 +978,11 @@ impl<'a> Sim<'a> {
                 return;
             }
         }
+        let batch = self.pipe.select(r, d, now);
         let daemon = &mut self.regions[r].daemons[d];
-        let batch = daemon.usage.select(now, &sc.gossip.budget);
-        daemon.remote.sweep(now);
+        if d == 0 || sc.gossip.delivery == Delivery::PerDaemon {
+            daemon.remote.sweep(now);
+        }
         let g = &mut self.gossip;
         g.deferred += batch.deferred as u64;
         if !batch.entries.is_empty() {
@@ -761,19 +998,25 @@ impl<'a> Sim<'a> {
                 if r2 == r || !self.regions[r2].up {
                     continue;
                 }
-                for d2 in 0..sc.daemons {
+                // Per region: one draw for all the region's daemons, delivered to the first
+                // (whose table they share); the traffic is still one copy per daemon.
+                let (receivers, copies) = match sc.gossip.delivery {
+                    Delivery::PerDaemon => (sc.daemons, 1),
+                    Delivery::PerRegion => (1, sc.daemons as u64),
+                };
+                for d2 in 0..receivers {
                     let g = &mut self.gossip;
-                    g.messages += 1;
-                    g.bytes += bytes;
-                    g.bytes_by_region[r] += bytes;
+                    g.messages += copies;
+                    g.bytes += bytes * copies;
+                    g.bytes_by_region[r] += bytes * copies;
                     if self.cut[r][r2] {
-                        g.cut += 1;
+                        g.cut += copies;
                         continue;
                     }
                     let link = sc.gossip.links[r][r2];
                     let rng = &mut self.link_rng[r * n + r2];
                     if rng.chance(link.loss) {
-                        g.lost += 1;
+                        g.lost += copies;
                         continue;
                     }
                     let delay = link.delay.sample(rng);
@@ -806,8 +1049,9 @@ impl<'a> Sim<'a> {
 
     fn deliver(&mut self, r: usize, d: usize, epoch: u32, msg: &Msg) {
         let now = self.now;
+        let shared = self.sc.gossip.delivery == Delivery::PerRegion;
         if self.cut[msg.from][r] {
-            self.gossip.cut += 1;
+            self.gossip.cut += if shared { self.sc.daemons as u64 } else { 1 };
             return;
         }
         let region = &mut self.regions[r];
@@ -829,14 +1073,21 @@ impl<'a> Sim<'a> {
             }
         }
         self.gossip.max_remote_slots = self.gossip.max_remote_slots.max(daemon.remote.slots());
-        self.check_heals(r, d);
+        if shared {
+            for d in 0..self.sc.daemons {
+                self.check_heals(r, d);
+            }
+        } else {
+            self.check_heals(r, d);
+        }
     }
 
     fn check_heals(&mut self, r: usize, d: usize) {
         let now = self.now;
         let gi = r * self.sc.daemons + d;
         let domain = self.domain;
-        let remote = &self.regions[r].daemons[d].remote;
+        let shared = self.sc.gossip.delivery == Delivery::PerRegion;
+        let remote = &self.regions[r].daemons[if shared { 0 } else { d }].remote;
         for h in self.heals.iter_mut().filter(|h| h.done.is_none()) {
             let (mut met, mut moot) = (0, 0);
             h.needs[gi].retain(|n| {
@@ -866,30 +1117,17 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let n = sc.regions.len();
         let mut needs: Vec<Vec<Need>> = (0..n * sc.daemons).map(|_| Vec::new()).collect();
+        let th: Vec<u64> = self
+            .domain
+            .rules
+            .iter()
+            .map(|rule| u64::from(self.threshold.unwrap_or(rule.share_threshold_pct)))
+            .collect();
         let mut keys = 0;
-        for t in &self.metrics.truths {
-            if t.region.is_some()
-                || !matches!(t.params.kind(), Kind::FixedWindow | Kind::SlidingWindow)
-            {
-                continue;
-            }
-            let rule = &self.domain.rules[t.rule];
-            let th = u64::from(self.threshold.unwrap_or(rule.share_threshold_pct));
-            let (_, end, _) = measure_window(&t.params, now);
-            let limit = t.params.limit();
-            let counts: Vec<u64> = (0..n)
-                .map(|r| {
-                    let c = t.region_count(r, now);
-                    if self.up[r] && c * 100 > limit * th {
-                        c
-                    } else {
-                        0
-                    }
-                })
-                .collect();
+        for t in self.pipe.heal_counts(now, self.up.clone(), th) {
             let mut any = false;
             for q in (0..n).filter(|q| self.up[*q]) {
-                let expected: u64 = (0..n).filter(|r| *r != q).map(|r| counts[r]).sum();
+                let expected: u64 = (0..n).filter(|r| *r != q).map(|r| t.counts[r]).sum();
                 if expected == 0 {
                     continue;
                 }
@@ -899,7 +1137,7 @@ impl<'a> Sim<'a> {
                         key: t.key.clone(),
                         rule: t.rule,
                         expected,
-                        expires: end,
+                        expires: t.end,
                     });
                 }
             }
@@ -930,14 +1168,10 @@ impl<'a> Sim<'a> {
         if !self.sc.gossip.resend_on_rejoin {
             return;
         }
-        for (i, region) in self.regions.iter_mut().enumerate() {
-            if !region.up || Some(i) == except {
-                continue;
-            }
-            for d in &mut region.daemons {
-                d.usage.resend_all();
-            }
-        }
+        let regions = (0..self.regions.len())
+            .filter(|i| self.regions[*i].up && Some(*i) != except)
+            .collect();
+        self.pipe.send(Rec::ResendAll { regions });
     }
 
     fn scenario_event(&mut self, i: usize) {
@@ -961,7 +1195,7 @@ impl<'a> Sim<'a> {
                 if *wipe {
                     let region = &mut self.regions[*r];
                     region.store = MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
-                    region.cumulative = FxMap::default();
+                    self.pipe.send(Rec::WipeCumulative { region: *r });
                     if let Some(rep) = &mut region.replica {
                         rep.store =
                             MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));

@@ -19,8 +19,10 @@
 
 use crate::fx::FxMap;
 use sluice_core::algo::{self, Params, Remote, Request};
+use sluice_core::decision::Code;
 use sluice_core::time::SECOND;
 use sluice_core::{Micros, State};
+use smallvec::SmallVec;
 
 /// One measurement window of one counter.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,8 +171,6 @@ pub struct Metrics {
     regions: usize,
     warmup: Micros,
     duration: Micros,
-    global: FxMap<String, u32>,
-    regional: Vec<FxMap<String, u32>>,
     /// One per counter.
     pub truths: Vec<Truth>,
     /// One per rule of the domain.
@@ -197,6 +197,116 @@ pub struct Metrics {
     pub lost_writes: u64,
 }
 
+/// Counter ids by store key: the engine numbers counters as it meets them, so the thread
+/// that keeps the truths learns each one once, with its key and numbers.
+#[derive(Debug)]
+pub struct TruthIndex {
+    global: FxMap<String, u32>,
+    regional: Vec<FxMap<String, u32>>,
+    next: u32,
+}
+
+impl TruthIndex {
+    /// No counters yet, over `regions` regions.
+    pub fn new(regions: usize) -> TruthIndex {
+        TruthIndex {
+            global: FxMap::default(),
+            regional: vec![FxMap::default(); regions],
+            next: 0,
+        }
+    }
+
+    /// The id of `key`'s counter (of rule `rule`; `region` is `Some` for region-scope
+    /// rules, which count per region), and the counter to create when it is new.
+    pub fn id(
+        &mut self,
+        rule: usize,
+        region: Option<usize>,
+        key: &str,
+        params: &Params,
+    ) -> (u32, Option<NewTruth>) {
+        let map = match region {
+            None => &mut self.global,
+            Some(r) => &mut self.regional[r],
+        };
+        if let Some(&id) = map.get(key) {
+            return (id, None);
+        }
+        let id = self.next;
+        self.next += 1;
+        map.insert(key.to_string(), id);
+        let new = NewTruth {
+            id,
+            rule,
+            region,
+            key: key.to_string(),
+            params: params.clone(),
+        };
+        (id, Some(new))
+    }
+}
+
+/// A counter met for the first time.
+#[derive(Clone, Debug)]
+pub struct NewTruth {
+    /// Its id (counters are numbered in the order they are met).
+    pub id: u32,
+    /// Index of the rule in the domain.
+    pub rule: usize,
+    /// The region, for region-scope rules.
+    pub region: Option<usize>,
+    /// Store key.
+    pub key: String,
+    /// Effective numbers.
+    pub params: Params,
+}
+
+/// One enforced rule of a decided request, as the truths need it.
+#[derive(Clone, Copy, Debug)]
+pub struct Counter {
+    /// Counter id.
+    pub id: u32,
+    /// Index of the rule in the domain.
+    pub rule: u32,
+    /// Refused requests still cost quota.
+    pub charge_rejected: bool,
+    /// This rule refused the request (not by failing closed).
+    pub refusing: bool,
+}
+
+/// One decided request, as the truths need it: plain numbers, so it can be counted on
+/// another thread while the engine goes on.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// Region that decided.
+    pub region: u8,
+    /// The daemon's now.
+    pub now: Micros,
+    /// Units asked for.
+    pub cost: u64,
+    /// The decision.
+    pub code: Code,
+    /// Rules answered by a daemon's local bucket.
+    pub local: u32,
+    /// Which of `counters` decided a refusal.
+    pub decided_by: Option<u8>,
+    /// The enforced rules, in decision order.
+    pub counters: SmallVec<[Counter; 4]>,
+}
+
+/// A global window counter that some region counted above its threshold at a heal.
+#[derive(Clone, Debug)]
+pub struct HealCount {
+    /// Store key.
+    pub key: String,
+    /// Index of the rule in the domain.
+    pub rule: usize,
+    /// End of the window holding the heal.
+    pub end: Micros,
+    /// Per region: its count, or 0 below the threshold or down.
+    pub counts: Vec<u64>,
+}
+
 /// Counters kept with their whole series regardless of demand.
 const ALWAYS_KEEP: usize = 1_000;
 
@@ -208,8 +318,6 @@ impl Metrics {
             regions,
             warmup,
             duration,
-            global: FxMap::default(),
-            regional: vec![FxMap::default(); regions],
             truths: Vec::new(),
             rules: vec![RuleCounters::default(); rules],
             requests: 0,
@@ -225,30 +333,16 @@ impl Metrics {
         }
     }
 
-    /// The counter of `key` (of rule `rule`), created on first use. `region` is `Some` for
-    /// region-scope rules: each region has its own counter.
-    pub fn truth_id(
-        &mut self,
-        rule: usize,
-        region: Option<usize>,
-        key: &str,
-        params: &Params,
-    ) -> usize {
-        let map = match region {
-            None => &mut self.global,
-            Some(r) => &mut self.regional[r],
-        };
-        if let Some(&id) = map.get(key) {
-            return id as usize;
-        }
+    /// Adds the counter [`TruthIndex::id`] numbered `id`; ids arrive in order.
+    pub fn push_truth(&mut self, t: NewTruth) {
         let id = self.truths.len();
-        map.insert(key.to_string(), id as u32);
-        let (_, _, allowed) = measure_window(params, 0);
+        debug_assert_eq!(id, t.id as usize, "truths arrive in id order");
+        let (_, _, allowed) = measure_window(&t.params, 0);
         self.truths.push(Truth {
-            rule,
-            region,
-            key: key.to_string(),
-            params: params.clone(),
+            rule: t.rule,
+            region: t.region,
+            key: t.key,
+            params: t.params,
             allowed,
             oracle: None,
             oracle_now: 0,
@@ -256,7 +350,96 @@ impl Metrics {
             history: (id < ALWAYS_KEEP).then(Vec::new),
             demand: 0,
         });
-        id
+    }
+
+    /// Counts one decided request: what [`Measured`] says the decision did to each counter.
+    pub fn record(&mut self, m: &Measured) {
+        match m.code {
+            Code::Ok => self.admitted += 1,
+            Code::OverLimit => self.denied += 1,
+            Code::Unavailable => self.unavailable += 1,
+        }
+        self.local_answers += u64::from(m.local);
+        for c in &m.counters {
+            self.demand(c.id as usize, m.now, m.cost);
+        }
+        if m.code == Code::OverLimit {
+            let mut refusing = 0;
+            let mut all_room = true;
+            for c in m.counters.iter().filter(|c| c.refusing) {
+                refusing += 1;
+                all_room &= self.truths[c.id as usize].oracle_allows(m.now, m.cost);
+            }
+            if let Some(c) = m.decided_by.and_then(|i| m.counters.get(usize::from(i))) {
+                let rc = &mut self.rules[c.rule as usize];
+                rc.denied += 1;
+                if refusing > 0 && all_room {
+                    rc.false_rejections += 1;
+                }
+            }
+        }
+        if m.code == Code::Ok {
+            for c in &m.counters {
+                self.admit(c.id as usize, m.now, usize::from(m.region), m.cost);
+            }
+        } else {
+            for c in m.counters.iter().filter(|c| c.charge_rejected) {
+                self.truths[c.id as usize].oracle_take(m.now, m.cost);
+            }
+        }
+    }
+
+    /// Adds the counters another instance kept (the engine counts requests, store calls and
+    /// failures itself; the truths are counted here).
+    pub fn add_counts(&mut self, o: &Metrics) {
+        self.requests += o.requests;
+        self.admitted += o.admitted;
+        self.denied += o.denied;
+        self.unavailable += o.unavailable;
+        self.failed_in_flight += o.failed_in_flight;
+        self.no_region += o.no_region;
+        self.store_calls += o.store_calls;
+        self.store_failures += o.store_failures;
+        self.local_answers += o.local_answers;
+        self.lost_writes += o.lost_writes;
+    }
+
+    /// Global window counters some region counted above its share threshold in the window
+    /// holding `now`: what daemons must learn after a heal. `th[rule]` is the threshold in
+    /// percent; a region that is down counts 0.
+    pub fn heal_counts(&self, now: Micros, up: &[bool], th: &[u64]) -> Vec<HealCount> {
+        let mut out = Vec::new();
+        for t in &self.truths {
+            if t.region.is_some()
+                || !matches!(
+                    t.params.kind(),
+                    sluice_core::algo::Kind::FixedWindow | sluice_core::algo::Kind::SlidingWindow
+                )
+            {
+                continue;
+            }
+            let (_, end, _) = measure_window(&t.params, now);
+            let limit = t.params.limit();
+            let counts: Vec<u64> = (0..up.len())
+                .map(|r| {
+                    let c = t.region_count(r, now);
+                    if up[r] && c * 100 > limit * th[t.rule] {
+                        c
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            if counts.iter().any(|c| *c > 0) {
+                out.push(HealCount {
+                    key: t.key.clone(),
+                    rule: t.rule,
+                    end,
+                    counts,
+                });
+            }
+        }
+        out
     }
 
     /// The window of counter `id` holding `now`, or `None` when it was already folded.
@@ -396,7 +579,11 @@ mod tests {
             window: Window::Epoch(MIN),
         };
         let mut m = Metrics::new(1, 2, 0, 3 * MIN);
-        let id = m.truth_id(0, None, "k", &p);
+        let mut index = TruthIndex::new(2);
+        let (id, new) = index.id(0, None, "k", &p);
+        m.push_truth(new.expect("new counter"));
+        assert!(index.id(0, None, "k", &p).1.is_none(), "met once");
+        let id = id as usize;
         for i in 0..12 {
             m.demand(id, i, 1);
             m.admit(id, i, (i % 2) as usize, 1);

@@ -6,7 +6,7 @@
 
 use crate::engine::{GossipCounters, HealTrack};
 use crate::metrics::{Metrics, Truth, measure_window};
-use crate::scenario::{BusyOn, Scenario, Shippers};
+use crate::scenario::{BusyOn, Delivery, Scenario, Shippers};
 use serde::Serialize;
 use sluice_core::Micros;
 use sluice_core::rules::Scope;
@@ -128,6 +128,8 @@ pub struct Report {
     pub shippers: Shippers,
     /// What the threshold is judged on.
     pub busy_on: BusyOn,
+    /// How shipments reach a region's daemons.
+    pub delivery: Delivery,
     /// Requests decided.
     pub requests: u64,
     /// Admitted.
@@ -287,6 +289,7 @@ pub fn build(
         share_threshold: sc.gossip.threshold_pct.map(|p| f64::from(p) / 100.0),
         shippers: sc.gossip.shippers,
         busy_on: sc.gossip.busy_on,
+        delivery: sc.gossip.delivery,
         requests: m.requests,
         admitted: m.admitted,
         denied: m.denied,
@@ -449,7 +452,7 @@ pub fn table(r: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "seed {} · {} regions × {} daemon{} · {} s simulated · {} requests · ship interval {} ms · threshold {}",
+        "seed {} · {} regions × {} daemon{} · {} s simulated · {} requests · ship interval {} ms · threshold {}{}",
         r.seed,
         r.regions.len(),
         r.daemons_per_region,
@@ -462,6 +465,10 @@ pub fn table(r: &Report) -> String {
                 "{}%",
                 trim(t * 100.0, 1)
             )),
+        match r.delivery {
+            Delivery::PerDaemon => "",
+            Delivery::PerRegion => " · delivery per region",
+        },
     );
     out.push('\n');
     out.push_str(&pad(&rule_rows(&r.rules), 1));

@@ -184,6 +184,18 @@ pub enum Shippers {
     OnePerRegion,
 }
 
+/// How a shipment reaches the daemons of a receiving region.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Each receiving daemon gets its own copy, with its own delay and loss draw.
+    PerDaemon,
+    /// A region's daemons get a shipment at the same moment (one delay and loss draw per
+    /// region), so they hold the same remote view and the simulator keeps one table per
+    /// region instead of one per daemon: daemons× fewer merges, for large runs.
+    PerRegion,
+}
+
 /// What the share threshold is judged on.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -225,6 +237,9 @@ pub struct GossipFile {
     /// `region_count` or `seen_count`.
     #[serde(default = "default_busy_on")]
     pub busy_on: BusyOn,
+    /// `per_daemon` or `per_region`.
+    #[serde(default = "default_delivery")]
+    pub delivery: Delivery,
     /// One-way delay of a message between two regions.
     #[serde(default = "default_delay")]
     pub delay_ms: DistFile,
@@ -251,6 +266,7 @@ impl Default for GossipFile {
             phase_ms: None,
             shippers: default_shippers(),
             busy_on: default_busy_on(),
+            delivery: default_delivery(),
             delay_ms: default_delay(),
             loss: 0.0,
             links: Vec::new(),
@@ -273,6 +289,9 @@ fn default_resend() -> f64 {
 }
 fn default_shippers() -> Shippers {
     Shippers::EveryDaemon
+}
+fn default_delivery() -> Delivery {
+    Delivery::PerDaemon
 }
 fn default_busy_on() -> BusyOn {
     BusyOn::RegionCount
@@ -579,6 +598,8 @@ pub struct GossipCfg {
     pub shippers: Shippers,
     /// What the threshold is judged on.
     pub busy_on: BusyOn,
+    /// How shipments reach a region's daemons.
+    pub delivery: Delivery,
     /// `links[a][b]`: from region a to region b.
     pub links: Vec<Vec<Link>>,
     /// Key bound of remote tables.
@@ -760,6 +781,7 @@ pub const PARAM_ALIASES: &[(&str, &str)] = &[
     ("loss", "gossip.loss"),
     ("shippers", "gossip.shippers"),
     ("busy_on", "gossip.busy_on"),
+    ("delivery", "gossip.delivery"),
     ("resend_on_rejoin", "gossip.resend_on_rejoin"),
     ("daemons", "daemons_per_region"),
 ];
@@ -1051,6 +1073,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
         resend_on_rejoin: g.resend_on_rejoin,
         shippers: g.shippers,
         busy_on: g.busy_on,
+        delivery: g.delivery,
         links,
         max_keys: g.max_keys as usize,
     };

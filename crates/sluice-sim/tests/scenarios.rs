@@ -324,3 +324,39 @@ fn shippers_in_step_are_the_worst_case() {
     let spread = at("[0, 333, 667]");
     assert!(aligned > spread, "aligned {aligned}, spread {spread}");
 }
+
+#[test]
+fn per_region_delivery_keeps_the_traffic_and_the_accuracy() {
+    let params = |d: &'static str| [("delivery", d), ("daemons", "4"), ("duration_s", "300")];
+    let (sc, each) = sim("ship-interval.toml", &params("per_daemon"));
+    let (_, shared) = sim("ship-interval.toml", &params("per_region"));
+    // One copy per receiving daemon either way: the same traffic on the wire, up to the few
+    // shipments whose content differs because the views did.
+    let messages = shared.gossip.messages as f64 / each.gossip.messages as f64;
+    assert!((messages - 1.0).abs() < 0.01, "{messages}");
+    assert!(each.gossip.bytes_per_s > 0.0);
+    let ratio = shared.gossip.bytes_per_s / each.gossip.bytes_per_s;
+    assert!((ratio - 1.0).abs() < 0.02, "{ratio}");
+    assert!(report::table(&shared).contains("delivery per region"));
+    assert!(!report::table(&each).contains("delivery per region"));
+    // Only the spread of delays inside a region differs: the overshoot barely moves.
+    for (a, b) in each.rules.iter().zip(&shared.rules) {
+        assert!(
+            (a.overshoot_max - b.overshoot_max).abs() < 0.05,
+            "{}: {} vs {}",
+            a.id,
+            a.overshoot_max,
+            b.overshoot_max
+        );
+    }
+    let again = run(
+        &scenario("ship-interval.toml", &params("per_region")),
+        sc.seed,
+        &mut |_| {},
+    );
+    assert_eq!(report::json(&shared), report::json(&again));
+    // A partition cuts a region's copies together, and the shared view still converges.
+    let (_, p) = sim("partition.toml", &[("delivery", "per_region")]);
+    assert!(p.gossip.cut > 0 && p.gossip.cut % p.daemons_per_region as u64 == 0);
+    assert!(p.heals[0].converged_after_s.is_some());
+}
