@@ -39,6 +39,10 @@ rules:
 "#;
 
 fn start(rules: &str) -> Running {
+    start_with(rules, &[])
+}
+
+fn start_with(rules: &str, extra: &[&str]) -> Running {
     let ports = free_ports(2);
     let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
     let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
@@ -47,19 +51,17 @@ fn start(rules: &str) -> Running {
     let path = dir.join("rules.yaml");
     std::fs::write(&path, rules).expect("write rules");
     let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)");
-    let mut daemon = Daemon::spawn(
-        bin,
-        &[
-            "--rules",
-            path.to_str().expect("utf-8 path"),
-            "--http-addr",
-            &http.to_string(),
-            "--grpc-addr",
-            &grpc.to_string(),
-        ],
-        &[("RUST_LOG", "info")],
-    )
-    .expect("spawn sluiced");
+    let (http_s, grpc_s) = (http.to_string(), grpc.to_string());
+    let mut args = vec![
+        "--rules",
+        path.to_str().expect("utf-8 path"),
+        "--http-addr",
+        &http_s,
+        "--grpc-addr",
+        &grpc_s,
+    ];
+    args.extend_from_slice(extra);
+    let mut daemon = Daemon::spawn(bin, &args, &[("RUST_LOG", "info")]).expect("spawn sluiced");
     daemon
         .wait_http_ok(http, "/healthz", Duration::from_secs(20))
         .expect("sluiced becomes healthy");
@@ -218,8 +220,18 @@ fn a_valid_rules_change_goes_live_and_an_invalid_one_is_refused() {
 
 #[test]
 fn grpc_check_metrics_and_sigterm() {
+    grpc_check_metrics_and_sigterm_with(&[]);
+}
+
+/// What a daemon pinned to one CPU runs.
+#[test]
+fn grpc_check_metrics_and_sigterm_on_a_single_threaded_runtime() {
+    grpc_check_metrics_and_sigterm_with(&["--worker-threads", "1"]);
+}
+
+fn grpc_check_metrics_and_sigterm_with(extra: &[&str]) {
     use sluice_proto::sluice::v1::{CheckRequest, limiter_client::LimiterClient};
-    let mut r = start(RULES);
+    let mut r = start_with(RULES, extra);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
