@@ -162,12 +162,15 @@ fn plan(a: &Args) -> anyhow::Result<run::Plan> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let plan = plan(&args)?;
-    // On one CPU (the usual pinned run) a single-threaded runtime: the work-stealing
-    // scheduler's shared queues only cost the generator CPU it shares with nothing else.
+    // A closed loop on one CPU (the pinned saturation runs) gets a single-threaded runtime:
+    // the work-stealing scheduler's shared queues only cost the generator CPU. The open loop
+    // keeps the multi-threaded one: its dispatcher thread spawns every request from outside
+    // the runtime, and a single-threaded runtime woken for each one adds milliseconds.
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let mut rt = if threads <= 1 {
+    let closed = matches!(plan.mode, run::Mode::Closed);
+    let mut rt = if threads <= 1 && closed {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
