@@ -8,9 +8,12 @@ SLUICED="${SLUICED:-$ROOT/target/release/sluiced}"
 BENCH="${BENCH:-$ROOT/target/release/sluice-bench}"
 # CPU pinning (2-core machine): the limiter under test alone on SERVER_CPU, the load generator
 # (and Redis) on LOAD_CPU, so "decisions/s" is per server core and client and server do not
-# steal each other's cycles. Set both empty to not pin.
+# steal each other's cycles. Set both empty to not pin. REDIS_CPU (default LOAD_CPU) moves
+# Redis: REDIS_CPU=0 puts it beside the server, so "decisions/s" counts the server's and its
+# Redis's CPU together, and the load generator has a core of its own.
 SERVER_CPU="${SERVER_CPU-0}"
 LOAD_CPU="${LOAD_CPU-1}"
+REDIS_CPU="${REDIS_CPU-$LOAD_CPU}"
 WORK="$(mktemp -d /tmp/sluice-bench.XXXXXX)"
 PIDS=()
 
@@ -55,7 +58,7 @@ stop() { # stop PID: SIGTERM, then wait until it is gone (10 s, then SIGKILL)
 }
 
 start_redis() { # start_redis PORT
-  pin "$LOAD_CPU" redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
+  pin "$REDIS_CPU" redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
     --daemonize no --loglevel warning >"$WORK/redis.log" 2>&1 &
   PIDS+=($!)
   wait_port "$1"

@@ -3,8 +3,9 @@
 # window rule, the same Redis (and each one's memory store), the same load from sluice-bench
 # over Envoy RLS. For each store and server: decisions/s at saturation (closed loop, best of a
 # few concurrencies) and p50/p99 at one fixed offered rate (open loop, latency from the
-# intended send time), the rate being half of the slower server's saturation so neither is
-# overloaded. Prints a Markdown table; raw reports go to bench/results/compare-*.json.
+# intended send time), the rate being half of the slower server's saturation (at most
+# OPEN_MAX) so neither is overloaded. Prints a Markdown table; raw reports go to
+# bench/results/compare-*.json.
 #
 # Limitador is not part of this repository and is not built here: pass the path of a
 # limitador-server binary you built (Kuadrant/limitador, `cargo build --release -p
@@ -14,8 +15,11 @@
 #   bench/compare-limitador.sh /path/to/limitador-server [memory redis]
 #
 # Env: LIMITADOR (instead of the first argument), SLUICED, BENCH, SERVER_CPU / LOAD_CPU
-# (default 0 / 1), SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("16 64 256"),
+# (default 0 / 1), REDIS_CPU (default LOAD_CPU; 0 = beside the server), SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("16 64 256"),
 # KEYS (10000 users), RATE (fixed offered rate instead of half the slower saturation),
+# OPEN_MAX (10000: the open loop's rate is at most this; sluice-bench's open loop costs its
+# core ~60 µs a request in context switches, so above ~12,000/s its own queueing, not the
+# server's, would make the tail),
 # HEADERS (on: both answer with rate limit headers, Limitador with --rate-limit-headers
 # DRAFT_VERSION_03, the same work; off: neither does, sluiced with envoy.response_headers off).
 source "$(dirname "$0")/common.sh"
@@ -101,7 +105,7 @@ for store in "${STORES[@]}"; do
     stop "$pid"
   done
   s="$(field "${SAT[sluice-$store]}" decisions_per_s)"; l="$(field "${SAT[limitador-$store]}" decisions_per_s)"
-  rate="${RATE:-$(python3 -c 'import sys; print(round(min(float(sys.argv[1]), float(sys.argv[2])) / 2))' "$s" "$l")}"
+  rate="${RATE:-$(python3 -c 'import sys; print(round(min(min(float(sys.argv[1]), float(sys.argv[2])) / 2, float(sys.argv[3]))))' "$s" "$l" "${OPEN_MAX:-10000}")}"
   for who in sluice limitador; do
     [ "$store" = redis ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
     grpc="$(free_port)"; http="$(free_port)"
