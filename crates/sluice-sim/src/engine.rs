@@ -903,7 +903,7 @@ impl<'a> Sim<'a> {
                     .iter()
                     .any(|p| !p.allowed && p.via != Via::FailedClosed && p.id == a.rule.id);
             if decision.decided_by.as_deref() == Some(&*a.rule.id) {
-                m.decided_by = Some(m.counters.len() as u8);
+                m.decided_by = Some(m.counters.len() as u32);
             }
             m.counters.push(Counter {
                 id,

@@ -12,7 +12,8 @@
 //! # Layout
 //!
 //! - [`scenario`]: the TOML scenario format, its validation and `--param` overrides.
-//! - [`engine`]: the event loop (virtual microseconds), regions, daemons, gossip.
+//! - [`engine`]: the event loop (virtual microseconds), regions, daemons, gossip; an
+//!   observer thread keeps the ground truth and the shippers' tables, fed in decision order.
 //! - [`traffic`]: arrival processes, key popularity, moving clients.
 //! - [`metrics`]: ground truth (an exact global limiter per counter) and counters.
 //! - [`report`]: the measures, as a table, JSON and CSV.

@@ -278,7 +278,7 @@ pub struct Counter {
 /// another thread while the engine goes on.
 #[derive(Clone, Debug)]
 pub struct Measured {
-    /// Region that decided.
+    /// Region that decided (at most `MAX_REGIONS`, 64).
     pub region: u8,
     /// The daemon's now.
     pub now: Micros,
@@ -289,7 +289,7 @@ pub struct Measured {
     /// Rules answered by a daemon's local bucket.
     pub local: u32,
     /// Which of `counters` decided a refusal.
-    pub decided_by: Option<u8>,
+    pub decided_by: Option<u32>,
     /// The enforced rules, in decision order.
     pub counters: SmallVec<[Counter; 4]>,
 }
@@ -370,7 +370,7 @@ impl Metrics {
                 refusing += 1;
                 all_room &= self.truths[c.id as usize].oracle_allows(m.now, m.cost);
             }
-            if let Some(c) = m.decided_by.and_then(|i| m.counters.get(usize::from(i))) {
+            if let Some(c) = m.decided_by.and_then(|i| m.counters.get(i as usize)) {
                 let rc = &mut self.rules[c.rule as usize];
                 rc.denied += 1;
                 if refusing > 0 && all_room {
