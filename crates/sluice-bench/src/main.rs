@@ -166,9 +166,10 @@ fn main() -> anyhow::Result<()> {
     // the work-stealing scheduler's shared queues only cost the generator CPU. The open loop
     // keeps the multi-threaded one: its dispatcher thread spawns every request from outside
     // the runtime, and a single-threaded runtime woken for each one adds milliseconds.
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
+    let threads = args.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        |t| t.max(1),
+    );
     let closed = matches!(plan.mode, run::Mode::Closed);
     let mut rt = if threads <= 1 && closed {
         tokio::runtime::Builder::new_current_thread()

@@ -176,7 +176,7 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log));
     tracing_subscriber::fmt().with_env_filter(filter).init();
     // On one CPU (a pinned daemon) the work-stealing scheduler only adds cost: every wakeup
-    // goes through its shared queues (12% fewer decisions/s in docs/benchmark.md).
+    // goes through its shared queues (single-threaded: 13% more decisions/s, docs/benchmark.md).
     let threads = match args.worker_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
