@@ -300,6 +300,15 @@ fn ships(sc: &Scenario, d: usize) -> bool {
     sc.gossip.shippers == Shippers::EveryDaemon || d == 0
 }
 
+/// The daemon whose remote table daemon `d` reads and merges into: its own, or with
+/// per-region delivery the region's first, which they all share.
+fn view(sc: &Scenario, d: usize) -> usize {
+    match sc.gossip.delivery {
+        Delivery::PerDaemon => d,
+        Delivery::PerRegion => 0,
+    }
+}
+
 impl<'a> Observer<'a> {
     fn new(sc: &'a Scenario, domain: &Domain, seed: u64) -> Observer<'a> {
         let n = sc.regions.len();
@@ -582,7 +591,7 @@ impl<'a> Sim<'a> {
             })
             .collect();
         for d in 0..sc.daemons {
-            if !self.ships(d) {
+            if !ships(self.sc, d) {
                 continue;
             }
             let phase = self.phase(r);
@@ -608,7 +617,7 @@ impl<'a> Sim<'a> {
             let daemon = &mut self.regions[r].daemons[d];
             daemon.timer += 1;
             let (epoch, timer) = (daemon.epoch, daemon.timer);
-            if !self.ships(d) {
+            if !ships(self.sc, d) {
                 continue;
             }
             let phase = self.phase(r);
@@ -634,10 +643,6 @@ impl<'a> Sim<'a> {
             Some(p) => p[r] % self.interval,
             None => (self.regions[r].phase_rng.unit() * self.interval as f64) as Micros,
         }
-    }
-
-    fn ships(&self, d: usize) -> bool {
-        ships(self.sc, d)
     }
 
     /// Runs to the end, calling `progress` now and then.
@@ -734,9 +739,8 @@ impl<'a> Sim<'a> {
                 let d = tg.pick_daemon(sc.daemons);
                 let k = tg.pick_key();
                 let cost = tg.cfg.cost;
-                let shared = sc.gossip.delivery == Delivery::PerRegion;
                 let region = &mut self.regions[r];
-                let remote = &region.daemons[if shared { 0 } else { d }].remote;
+                let remote = &region.daemons[view(sc, d)].remote;
                 let p = plan(domain, tg.descriptors(k), t, cost, "", |a| {
                     remote.remote_for(&a.key, &a.params, t)
                 });
@@ -926,7 +930,7 @@ impl<'a> Sim<'a> {
         plan: &Plan<'a>,
         answers: &[Answer],
     ) {
-        if !self.ships(d) {
+        if !ships(self.sc, d) {
             return;
         }
         for (pc, ans) in plan.calls.iter().zip(answers) {
@@ -980,7 +984,7 @@ impl<'a> Sim<'a> {
         }
         let batch = self.pipe.select(r, d, now);
         let daemon = &mut self.regions[r].daemons[d];
-        if d == 0 || sc.gossip.delivery == Delivery::PerDaemon {
+        if view(sc, d) == d {
             daemon.remote.sweep(now);
         }
         let g = &mut self.gossip;
@@ -1049,9 +1053,11 @@ impl<'a> Sim<'a> {
 
     fn deliver(&mut self, r: usize, d: usize, epoch: u32, msg: &Msg) {
         let now = self.now;
-        let shared = self.sc.gossip.delivery == Delivery::PerRegion;
+        let sc = self.sc;
+        // Every daemon that reads the table this delivery merges into.
+        let readers = (0..sc.daemons).filter(|x| view(sc, *x) == d);
         if self.cut[msg.from][r] {
-            self.gossip.cut += if shared { self.sc.daemons as u64 } else { 1 };
+            self.gossip.cut += readers.count() as u64;
             return;
         }
         let region = &mut self.regions[r];
@@ -1073,12 +1079,8 @@ impl<'a> Sim<'a> {
             }
         }
         self.gossip.max_remote_slots = self.gossip.max_remote_slots.max(daemon.remote.slots());
-        if shared {
-            for d in 0..self.sc.daemons {
-                self.check_heals(r, d);
-            }
-        } else {
-            self.check_heals(r, d);
+        for reader in readers {
+            self.check_heals(r, reader);
         }
     }
 
@@ -1086,8 +1088,7 @@ impl<'a> Sim<'a> {
         let now = self.now;
         let gi = r * self.sc.daemons + d;
         let domain = self.domain;
-        let shared = self.sc.gossip.delivery == Delivery::PerRegion;
-        let remote = &self.regions[r].daemons[if shared { 0 } else { d }].remote;
+        let remote = &self.regions[r].daemons[view(self.sc, d)].remote;
         for h in self.heals.iter_mut().filter(|h| h.done.is_none()) {
             let (mut met, mut moot) = (0, 0);
             h.needs[gi].retain(|n| {

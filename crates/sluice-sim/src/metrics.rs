@@ -18,7 +18,7 @@
 //! thousand counters, and any counter whose demand ever reached its allowance).
 
 use crate::fx::FxMap;
-use sluice_core::algo::{self, Params, Remote, Request};
+use sluice_core::algo::{self, Kind, Params, Remote, Request};
 use sluice_core::decision::Code;
 use sluice_core::time::SECOND;
 use sluice_core::{Micros, State};
@@ -411,10 +411,7 @@ impl Metrics {
         let mut out = Vec::new();
         for t in &self.truths {
             if t.region.is_some()
-                || !matches!(
-                    t.params.kind(),
-                    sluice_core::algo::Kind::FixedWindow | sluice_core::algo::Kind::SlidingWindow
-                )
+                || !matches!(t.params.kind(), Kind::FixedWindow | Kind::SlidingWindow)
             {
                 continue;
             }
