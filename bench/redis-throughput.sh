@@ -54,7 +54,7 @@ c0=$(cpu_ms)
 # The same calls the daemon makes: the daemon's encoding of one check (evalsha_args), its
 # user replaced by redis-benchmark's __rand_int__ over 10,000 values, as sluice-bench spreads
 # its checks over 10,000 users.
-read -r -a ev <<< "$($tgt/release/examples/evalsha_args)"
+mapfile -t ev < <($tgt/release/examples/evalsha_args)
 ev[1]="${ev[1]/user=u1\}/user=u__rand_int__\}}"
 rb=$(redis-benchmark -p "$rp" -c 50 -P 1 -r 10000 -n $((secs * 20000)) -q EVALSHA "$sha" "${ev[@]}" \
   | tr '\r' '\n' | grep -Eo '[0-9.]+ requests per second' | tail -1 | cut -d' ' -f1)

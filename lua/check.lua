@@ -18,33 +18,42 @@
 -- sliding window, which takes two (current window, previous window). All share the
 -- `{identity}` hash tag, so the script runs on one Cluster slot.
 --
--- ARGV: now, cost, request_id, n, then n items of 9 fields each:
+-- ARGV: "now cost", request_id, then one argument per item:
+--   "code p1 p2 flags rcur rprev wstart wend", space-separated decimal integers, where
 --   code (1 token_bucket, 2 gcra, 3 fixed_window, 4 sliding_window, 5 sliding_log,
---         6 concurrency), p1, p2, enforce (0/1), charge_rejected (0/1), remote.cur,
---   remote.prev, wstart, wend.
+--         6 concurrency), flags = enforce (1) + 2 × charge_rejected, rcur / rprev = the
+--   item's remote.cur / remote.prev.
 --   p1, p2 = rate_per_s, burst (buckets) | limit, nominal window (fixed window) |
 --            limit, window (sliding window, sliding log) | limit, timeout (concurrency).
 --   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); 0 for
 --   algorithms without windows.
+-- Numbers travel packed, a few arguments per call rather than nine per item: Redis copies
+-- and interns every argument and the script checks each, and on a fixed-window check that
+-- was most of its cost (docs/redis.md). One pattern match checks an item's digits.
 --
 -- Reply: { allowed, then per item: allowed, limit, remaining, reset, retry_after, window,
 --          usage } as integers.
 --
 -- Errors: a key holding the wrong type or an unparsable value answers
 --   "SLUICE_CORRUPT <key index> <detail>"  (1-based index into KEYS)
--- and an argument that is not a number answers "SLUICE_BADARG <detail>". Nothing is written
+-- and an argument that is not what the format says answers "SLUICE_BADARG <detail>". Nothing is written
 -- by a call that fails: every read and check happens before the first write.
 
 local SCALE = 1000000      -- micro-tokens per token (TOKEN_SCALE)
 local SECOND = 1000000     -- microseconds
 local MILLI = 1000
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
-local STRIDE = 9
+
+-- Library functions as locals: a global or table lookup per use is a measurable part of a
+-- check in Redis's Lua (docs/redis.md, "What a check costs Redis").
+local floor, min, max = math.floor, math.min, math.max
+local find, match, format = string.find, string.match, string.format
+local rcall, rpcall = redis.call, redis.pcall
 
 -- Exact floor(a / b) for integers 0 <= a, 0 < b below 2^53: the double quotient may be off
 -- by one near an integer, so correct it with the exact remainder.
 local function idiv(a, b)
-    local q = math.floor(a / b)
+    local q = floor(a / b)
     local r = a - q * b
     if r < 0 then
         q = q - 1
@@ -72,38 +81,77 @@ local function sat(a)
 end
 
 local function fmt(n)
-    return string.format('%.0f', n)
+    return format('%.0f', n)
 end
 
 local function corrupt(ki, detail)
     return redis.error_reply('SLUICE_CORRUPT ' .. ki .. ' ' .. detail)
 end
 
--- A stored unsigned integer (decimal digits, below 2^53), or nil.
+-- A stored unsigned integer (decimal digits, below 2^53), or nil. Arithmetic converts the
+-- checked digits (cheaper than calling tonumber); a digit string above 2^53 - 1 converts to
+-- 2^53 or more, so one comparison bounds it.
 local function uint(s)
-    if type(s) ~= 'string' or not string.find(s, '^%d+$') or #s > 16 then
+    if type(s) ~= 'string' or #s > 16 or not find(s, '^%d+$') then
         return nil
     end
-    local n = tonumber(s)
-    if n == nil or n > MAX_EXACT then
+    local n = s + 0
+    if n > MAX_EXACT then
         return nil
     end
     return n
+end
+
+local function badarg(detail)
+    error({ err = 'SLUICE_BADARG ' .. detail })
 end
 
 local function arg_uint(i)
     local n = uint(ARGV[i])
     if n == nil then
-        error({ err = 'SLUICE_BADARG ARGV[' .. i .. '] is not an integer below 2^53' })
+        badarg('ARGV[' .. i .. '] is not an integer below 2^53')
     end
     return n
 end
 
+-- Two integers in one argument ("now cost", "nk na").
+local function arg_pair(i, what)
+    local a, b = match(ARGV[i] or '', '^(%d+) (%d+)$')
+    if a == nil then
+        badarg('ARGV[' .. i .. '] is not "' .. what .. '"')
+    end
+    a, b = a + 0, b + 0
+    if a > MAX_EXACT or b > MAX_EXACT then
+        badarg('ARGV[' .. i .. '] ("' .. what .. '") holds a number above 2^53')
+    end
+    return a, b
+end
+
+local ITEM = '^([1-6]) (%d+) (%d+) ([0-3]) (%d+) (%d+) (%d+) (%d+)$'
+
+-- One item's argument as numbers: code, p1, p2, flags, rcur, rprev, wstart, wend. One
+-- pattern match checks every digit.
+local function parse_item(s, i)
+    local c, p1, p2, fl, rc, rp, ws, we = match(s or '', ITEM)
+    if c == nil then
+        badarg('item ' .. i .. ' is not "code p1 p2 flags rcur rprev wstart wend"')
+    end
+    p1, p2, rc, rp, ws, we = p1 + 0, p2 + 0, rc + 0, rp + 0, ws + 0, we + 0
+    if p1 > MAX_EXACT or p2 > MAX_EXACT or rc > MAX_EXACT or rp > MAX_EXACT
+        or ws > MAX_EXACT or we > MAX_EXACT then
+        badarg('item ' .. i .. ' holds a number above 2^53')
+    end
+    if p1 == 0 or p2 == 0 then
+        badarg('item ' .. i .. ' has a zero parameter')
+    end
+    return c + 0, p1, p2, fl + 0, rc, rp, ws, we
+end
+
 -- GET that reports a key of another type instead of raising.
 local function get_string(key, ki)
-    local v = redis.pcall('GET', key)
+    local v = rpcall('GET', key)
     if type(v) == 'table' and v.err then
-        return nil, corrupt(ki, 'holds a ' .. redis.call('TYPE', key).ok .. ', expected a string')
+        return nil, corrupt(ki, 'holds a ' .. rcall('TYPE', key).ok .. ', expected a string')
     end
     if v == false then
         return nil, nil
@@ -113,7 +161,7 @@ end
 
 -- Checks a key is a sorted set or absent.
 local function check_zset(key, ki)
-    local t = redis.call('TYPE', key).ok
+    local t = rcall('TYPE', key).ok
     if t ~= 'zset' and t ~= 'none' then
         return corrupt(ki, 'holds a ' .. t .. ', expected a zset')
     end
@@ -131,9 +179,9 @@ end
 -- SET with a TTL, or DEL when the state carries nothing (TTL 0), like Write::Put(_, 0).
 local function put_string(key, value, ttl_us)
     if ttl_us <= 0 then
-        redis.call('DEL', key)
+        rcall('DEL', key)
     else
-        redis.call('SET', key, value, 'PX', pexpire_ms(ttl_us))
+        rcall('SET', key, value, 'PX', pexpire_ms(ttl_us))
     end
 end
 
@@ -153,7 +201,7 @@ local MAX_USED = 9007199254740991
 
 local function used_after(it, used, cost)
     if it.rprev ~= 0 then
-        return math.min(used + math.min(cost, it.p2), MAX_USED)
+        return min(used + min(cost, it.p2), MAX_USED)
     end
     return used
 end
@@ -171,17 +219,17 @@ local function tb_load(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
     -- The normalized form ("ts") first: it is what an unshared bucket holds.
-    local a, b, c, d = '0', string.match(v, '^(%d+)$'), '0', '0'
+    local a, b, c, d = '0', match(v, '^(%d+)$'), '0', '0'
     if b == nil then
-        a, b, c, d = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+        a, b, c, d = match(v, '^(%d+) (%d+) (%d+) (%d+)$')
     end
     if a == nil then
-        a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
+        a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
         d = '0'
     end
     local tokens, ts, seen, used = uint(a), uint(b), uint(c), uint(d)
     if tokens == nil or ts == nil or seen == nil or used == nil then
-        return nil, corrupt(ki, 'token bucket value ' .. string.format('%q', v) .. ' is not "ts" or "tokens ts seen [used]"')
+        return nil, corrupt(ki, 'token bucket value ' .. format('%q', v) .. ' is not "ts" or "tokens ts seen [used]"')
     end
     return { tokens, ts, seen, used }, nil
 end
@@ -190,7 +238,7 @@ local function tb_current(rate, burst, st, now, rcur)
     local cap = burst * SCALE
     local tokens, ts, seen, used
     if st then
-        tokens = math.min(st[1], cap)
+        tokens = min(st[1], cap)
         local elapsed = sat(now - st[2])
         local missing = cap - tokens
         if elapsed >= ceil_div(missing, rate) then
@@ -198,7 +246,7 @@ local function tb_current(rate, burst, st, now, rcur)
         else
             tokens = tokens + elapsed * rate
         end
-        ts = math.max(st[2], now)
+        ts = max(st[2], now)
         seen = st[3]
         used = st[4]
     else
@@ -206,14 +254,14 @@ local function tb_current(rate, burst, st, now, rcur)
     end
     local fresh = sat(rcur - seen)
     tokens = sat(tokens - fresh * SCALE)
-    return tokens, ts, math.max(seen, rcur), used
+    return tokens, ts, max(seen, rcur), used
 end
 
 local function tb_evaluate(it, st, now, cost)
     local rate, burst = it.p1, it.p2
     local cap = burst * SCALE
     local tokens, _, _, used = tb_current(rate, burst, st, now, it.rcur)
-    local need = math.max(cost, 1) * SCALE
+    local need = max(cost, 1) * SCALE
     local window = ceil_div(cap, rate)
     if need <= tokens then
         local after = tokens - cost * SCALE
@@ -261,17 +309,17 @@ local function gcra_load(key, ki)
     local v, e = get_string(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
-    local a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
+    local a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
     if a == nil then
-        a, b = string.match(v, '^(%d+) (%d+)$')
+        a, b = match(v, '^(%d+) (%d+)$')
         c = '0'
     end
     if a == nil then
-        a, b, c = string.match(v, '^(%d+)$'), '0', '0'
+        a, b, c = match(v, '^(%d+)$'), '0', '0'
     end
     local tat, seen, used = uint(a), uint(b), uint(c)
     if tat == nil or seen == nil or used == nil then
-        return nil, corrupt(ki, 'gcra value ' .. string.format('%q', v) .. ' is not "tat [seen [used]]"')
+        return nil, corrupt(ki, 'gcra value ' .. format('%q', v) .. ' is not "tat [seen [used]]"')
     end
     return { tat, seen, used }, nil
 end
@@ -289,8 +337,8 @@ local function gcra_current(rate, st, now, rcur)
         tat, seen, used = now, rcur, 0
     end
     local fresh = sat(rcur - seen)
-    tat = math.max(tat, now) + fresh * t
-    return tat, math.max(seen, rcur), used
+    tat = max(tat, now) + fresh * t
+    return tat, max(seen, rcur), used
 end
 
 local function gcra_evaluate(it, st, now, cost)
@@ -298,7 +346,7 @@ local function gcra_evaluate(it, st, now, cost)
     local t = gcra_interval(rate)
     local tolerance = t * burst
     local tat, _, used = gcra_current(rate, st, now, it.rcur)
-    local probe_cost = math.max(cost, 1)
+    local probe_cost = max(cost, 1)
     local probe = tat + probe_cost * t
     if probe - now <= tolerance then
         local after = tat + cost * t
@@ -321,7 +369,7 @@ local function gcra_take(it, st, now, cost)
     local t = gcra_interval(rate)
     local tat, seen, used = gcra_current(rate, st, now, it.rcur)
     -- A charged refusal may not push the TAT beyond one full burst of debt.
-    tat = math.min(tat + cost * t, now + t * burst)
+    tat = min(tat + cost * t, now + t * burst)
     used = used_after(it, used, cost)
     local value = fmt(tat)
     if used > 0 then
@@ -341,28 +389,46 @@ local function counter_load(key, ki)
     if v == nil then return 0, nil end
     local n = uint(v)
     if n == nil then
-        return nil, corrupt(ki, 'window counter ' .. string.format('%q', v) .. ' is not a count')
+        return nil, corrupt(ki, 'window counter ' .. format('%q', v) .. ' is not a count')
     end
     return n, nil
 end
 
-local function fw_evaluate(it, st, now, cost)
-    local limit = it.p1
-    local used = st + it.rcur
-    local allowed = used + math.max(cost, 1) <= limit
+-- Scalars in, seven values out (the outcome's fields): the one-item short path builds no
+-- tables.
+local function fw_evaluate(limit, window, rcur, wend, st, now, cost)
+    local used = st + rcur
+    local allowed = used + max(cost, 1) <= limit
     local used_after, local_after = used, st
     if allowed then
         used_after, local_after = used + cost, st + cost
     end
     local retry = 0
     if not allowed then
-        retry = it.wend - now
+        retry = wend - now
     end
-    return { allowed, limit, sat(limit - used_after), it.wend - now, retry, it.p2, local_after }
+    return allowed, limit, sat(limit - used_after), wend - now, retry, window, local_after
 end
 
-local function fw_take(it, st, now, cost)
-    put_string(it.key, fmt(st + cost), it.wend - now)
+local function fw_take(key, wend, st, now, cost)
+    put_string(key, fmt(st + cost), wend - now)
+end
+
+-- A call of one fixed window, the common case: the same steps as run_call's general path
+-- (load, evaluate, take), without its tables.
+local function fw_alone(key, now, cost, limit, window, flags, rcur, wend)
+    local st, e = counter_load(key, 1)
+    if e then
+        return e
+    end
+    local ok, _, remaining, reset, retry, _, usage = fw_evaluate(limit, window, rcur, wend, st, now, cost)
+    -- Not enforced (shadow): allowed whatever the count says.
+    local allowed = ok or flags % 2 == 0
+    -- A refused request was refused by this item: nothing to give back.
+    if cost > 0 and (ok or (not allowed and flags >= 2)) then
+        fw_take(key, wend, st, now, cost)
+    end
+    return { allowed and 1 or 0, ok and 1 or 0, limit, remaining, reset, retry, window, usage }
 end
 
 ---------------------------------------------------------------------------------------------
@@ -380,7 +446,7 @@ local function sw_evaluate(it, st, now, cost)
     local lcur, lprev = st[1], st[2]
     local cur = lcur + it.rcur
     local prev = lprev + it.rprev
-    local probe = math.max(cost, 1)
+    local probe = max(cost, 1)
     local budget = limit * w_ms
     local allowed = prev * rem_ms + (cur + probe) * w_ms <= budget
     local cur_after = cur
@@ -428,18 +494,18 @@ local function sl_load(key, ki, now, window)
     local e = check_zset(key, ki)
     if e then return nil, e end
     local cutoff = '(' .. fmt(now - window)
-    local n = redis.call('ZCOUNT', key, cutoff, '+inf')
+    local n = rcall('ZCOUNT', key, cutoff, '+inf')
     local last, last_seq = nil, nil
     if n > 0 then
         -- The newest entry; among equal times the greatest sequence number (see sl_member).
-        local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        local r = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
         last = uint(r[2])
         if last == nil then
             return nil, corrupt(ki, 'sliding log score ' .. tostring(r[2]) .. ' is not a time')
         end
-        last_seq = uint(string.match(r[1], '^%d+%.%d(%d+)$'))
+        last_seq = uint(match(r[1], '^%d+%.%d(%d+)$'))
         if last_seq == nil then
-            return nil, corrupt(ki, 'sliding log member ' .. string.format('%q', r[1]) .. ' is not "<µs>.<seq>"')
+            return nil, corrupt(ki, 'sliding log member ' .. format('%q', r[1]) .. ' is not "<µs>.<seq>"')
         end
     end
     return { n = n, last = last, last_seq = last_seq, cutoff = cutoff, key = key, ki = ki }, nil
@@ -457,7 +523,7 @@ end
 local function sl_evaluate(it, st, now, cost)
     local limit, window = it.p1, it.p2
     local n = st.n
-    local probe = math.max(cost, 1)
+    local probe = max(cost, 1)
     local allowed = n + probe <= limit
     local after = n
     if allowed then
@@ -471,7 +537,7 @@ local function sl_evaluate(it, st, now, cost)
     else
         -- The oldest (n + probe - limit) live entries must age out.
         local k = n + probe - limit
-        local r = redis.call('ZRANGEBYSCORE', st.key, st.cutoff, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+        local r = rcall('ZRANGEBYSCORE', st.key, st.cutoff, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
         local t = uint(r[2])
         if t == nil then
             return nil, corrupt(st.ki, 'sliding log score ' .. tostring(r[2]) .. ' is not a time')
@@ -492,7 +558,7 @@ end
 local function sl_take(it, st, now, cost)
     local limit, window = it.p1, it.p2
     local key = it.key
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - window))
+    rcall('ZREMRANGEBYSCORE', key, '-inf', fmt(now - window))
     -- Timestamps stay ascending even if a daemon's clock is behind another's.
     local at = now
     if st.last ~= nil and st.last > now then
@@ -504,21 +570,21 @@ local function sl_take(it, st, now, cost)
     end
     -- Only the newest `limit` entries can ever decide (see sliding_log.rs): append at most
     -- `limit` and drop the oldest beyond it, so a charged refusal of a huge cost stays bounded.
-    local added = math.min(cost, limit)
+    local added = min(cost, limit)
     local args = {}
     for i = 0, added - 1 do
         args[#args + 1] = fmt(at)
         args[#args + 1] = sl_member(at, seq + i)
         if #args >= 200 or i == added - 1 then
-            redis.call('ZADD', key, unpack(args))
+            rcall('ZADD', key, unpack(args))
             args = {}
         end
     end
-    local excess = redis.call('ZCARD', key) - limit
+    local excess = rcall('ZCARD', key) - limit
     if excess > 0 then
-        redis.call('ZREMRANGEBYRANK', key, 0, excess - 1)
+        rcall('ZREMRANGEBYRANK', key, 0, excess - 1)
     end
-    redis.call('PEXPIRE', key, pexpire_ms(at + window - now))
+    rcall('PEXPIRE', key, pexpire_ms(at + window - now))
 end
 
 ---------------------------------------------------------------------------------------------
@@ -527,13 +593,13 @@ end
 local function cc_load(key, ki, now)
     local e = check_zset(key, ki)
     if e then return nil, e end
-    local r = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now), '+inf', 'WITHSCORES')
+    local r = rcall('ZRANGEBYSCORE', key, '(' .. fmt(now), '+inf', 'WITHSCORES')
     local slots = {}
     for i = 1, #r, 2 do
-        local c, id = string.match(r[i], '^(%d+):(.*)$')
+        local c, id = match(r[i], '^(%d+):(.*)$')
         local cost, exp = uint(c), uint(r[i + 1])
         if cost == nil or exp == nil then
-            return nil, corrupt(ki, 'concurrency slot ' .. string.format('%q', r[i]) .. ' is not "<cost>:<id>" with an expiry')
+            return nil, corrupt(ki, 'concurrency slot ' .. format('%q', r[i]) .. ' is not "<cost>:<id>" with an expiry')
         end
         slots[#slots + 1] = { member = r[i], id = id, exp = exp, cost = cost }
     end
@@ -551,7 +617,7 @@ local function cc_evaluate(it, st, now, cost, rid)
             others[#others + 1] = { s.exp, s.cost }
         end
     end
-    local probe = math.max(cost, 1)
+    local probe = max(cost, 1)
     local allowed = held + probe <= limit
     local after = held
     if allowed then
@@ -582,25 +648,25 @@ end
 
 local function cc_take(it, st, now, cost, rid)
     local key, timeout = it.key, it.p2
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+    rcall('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
     for _, s in ipairs(st) do
         if s.id == rid then
-            redis.call('ZREM', key, s.member)
+            rcall('ZREM', key, s.member)
         end
     end
     if cost > 0 then
-        redis.call('ZADD', key, fmt(now + timeout), fmt(cost) .. ':' .. rid)
+        rcall('ZADD', key, fmt(now + timeout), fmt(cost) .. ':' .. rid)
     end
-    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local top = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
     if #top == 0 then
-        redis.call('DEL', key)
+        rcall('DEL', key)
         return
     end
     local ttl = sat(tonumber(top[2]) - now)
     if ttl <= 0 then
-        redis.call('DEL', key)
+        rcall('DEL', key)
     else
-        redis.call('PEXPIRE', key, pexpire_ms(ttl))
+        rcall('PEXPIRE', key, pexpire_ms(ttl))
     end
 end
 
@@ -621,67 +687,50 @@ local function remote_news(it, st)
     return false
 end
 
--- One call: its KEYS start after `kb` keys and its ARGV after `ab` arguments (both 0 for a
--- single call). Returns the reply, or an error reply; key indexes in errors are the call's own
--- (1-based).
-local function run_call(kb, ab)
-    local now = arg_uint(ab + 1)
-    local cost = arg_uint(ab + 2)
-    local rid = ARGV[ab + 3]
-    local n = arg_uint(ab + 4)
+-- One call: its KEYS start after `kb` keys and its ARGV after `ab` arguments, `na` of them
+-- (0, 0, #ARGV for a single call). Returns the reply, or an error reply; key indexes in
+-- errors are the call's own (1-based).
+local function run_call(kb, ab, na)
+    local now, cost = arg_pair(ab + 1, 'now cost')
+    local rid = ARGV[ab + 2]
+    local n = na - 2
+    if rid == nil or n < 0 then
+        badarg('a call needs "now cost" and a request id')
+    end
 
     local items = {}
     local ki = 1
     for i = 1, n do
-        local b = ab + 4 + (i - 1) * STRIDE
+        local code, p1, p2, fl, rc, rp, ws, we = parse_item(ARGV[ab + 2 + i], i)
+        local key = KEYS[kb + ki]
+        if key == nil then
+            badarg('fewer KEYS than items need')
+        end
+        if n == 1 and code == 3 then
+            return fw_alone(key, now, cost, p1, p2, fl, rc, we)
+        end
         local it = {
-            code = arg_uint(b + 1),
-            p1 = arg_uint(b + 2),
-            p2 = arg_uint(b + 3),
-            enforce = arg_uint(b + 4) == 1,
-            charge = arg_uint(b + 5) == 1,
-            rcur = arg_uint(b + 6),
-            rprev = arg_uint(b + 7),
-            wstart = arg_uint(b + 8),
-            wend = arg_uint(b + 9),
+            code = code,
+            p1 = p1,
+            p2 = p2,
+            enforce = fl % 2 == 1,
+            charge = fl >= 2,
+            rcur = rc,
+            rprev = rp,
+            wstart = ws,
+            wend = we,
             ki = ki,
-            key = KEYS[kb + ki],
+            key = key,
         }
-        if it.key == nil then
-            return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
-        end
-        if it.code < 1 or it.code > 6 then
-            return redis.error_reply('SLUICE_BADARG unknown algorithm code ' .. fmt(it.code))
-        end
-        if it.p1 == 0 or it.p2 == 0 then
-            return redis.error_reply('SLUICE_BADARG item ' .. i .. ' has a zero parameter')
-        end
         ki = ki + 1
-        if it.code == 4 then
+        if code == 4 then
             it.prev_key = KEYS[kb + ki]
             if it.prev_key == nil then
-                return redis.error_reply('SLUICE_BADARG fewer KEYS than items need')
+                badarg('fewer KEYS than items need')
             end
             ki = ki + 1
         end
         items[i] = it
-    end
-
-    -- The common case, one fixed window: the same steps as below without their tables.
-    if n == 1 and items[1].code == 3 then
-        local it = items[1]
-        local st, e = counter_load(it.key, it.ki)
-        if e then
-            return e
-        end
-        local o = fw_evaluate(it, st, now, cost)
-        local ok = o[1]
-        local allowed = ok or not it.enforce
-        -- A refused request was refused by this item: nothing to give back.
-        if cost > 0 and ((allowed and ok) or (not allowed and it.charge)) then
-            fw_take(it, st, now, cost)
-        end
-        return { allowed and 1 or 0, ok and 1 or 0, o[2], o[3], o[4], o[5], o[6], o[7] }
     end
 
     -- Load every state first: a corrupt key fails the call before anything is written.
@@ -721,7 +770,7 @@ local function run_call(kb, ab)
         elseif it.code == 2 then
             o = gcra_evaluate(it, st, now, cost)
         elseif it.code == 3 then
-            o = fw_evaluate(it, st, now, cost)
+            o = { fw_evaluate(it.p1, it.p2, it.rcur, it.wend, st, now, cost) }
         elseif it.code == 4 then
             o = sw_evaluate(it, st, now, cost)
         elseif it.code == 5 then
@@ -748,7 +797,7 @@ local function run_call(kb, ab)
         for i, it in ipairs(items) do
             local o = outcomes[i]
             if o[1] and not (it.enforce and it.charge) then
-                o[3] = math.min(o[3] + cost, o[2])
+                o[3] = min(o[3] + cost, o[2])
                 o[7] = sat(o[7] - cost)
             end
         end
@@ -770,7 +819,7 @@ local function run_call(kb, ab)
             elseif it.code == 2 then
                 gcra_take(it, st, now, cost)
             elseif it.code == 3 then
-                fw_take(it, st, now, cost)
+                fw_take(it.key, it.wend, st, now, cost)
             elseif it.code == 4 then
                 sw_take(it, st, now, cost)
             elseif it.code == 5 then
@@ -799,20 +848,21 @@ local function run_call(kb, ab)
 end
 
 -- A batch (the standalone store groups concurrent calls, one EVALSHA for many): ARGV is
--- "B", the number of calls, then per call its key count, its argument count and its own
--- arguments; KEYS are the calls' keys one after the other. Each call is still checked and
--- taken atomically (the whole script is). Every call gets its own reply: an error in one is
--- that call's answer, a one-element array holding the error text, and the others go on.
+-- "B", the number of calls, then per call "nk na" (its key count and argument count, one
+-- argument) and its own arguments; KEYS are the calls' keys one after the other. Each call is
+-- still checked and taken atomically (the whole script is). Every call gets its own reply: an
+-- error in one is that call's answer, a one-element array holding the error text, and the
+-- others go on.
 if ARGV[1] == 'B' then
     local m = arg_uint(2)
     local replies = {}
     local kb, ab = 0, 2
     for c = 1, m do
-        local nk, na = arg_uint(ab + 1), arg_uint(ab + 2)
-        local ok, r = pcall(run_call, kb, ab + 2)
+        local nk, na = arg_pair(ab + 1, 'nk na')
+        local ok, r = pcall(run_call, kb, ab + 1, na)
         if not ok then
             local msg = type(r) == 'table' and r.err or tostring(r)
-            if not string.find(msg, '^[A-Z_]+ ') then
+            if not find(msg, '^[A-Z_]+ ') then
                 msg = 'SLUICE_ERR ' .. msg
             end
             r = { msg }
@@ -820,9 +870,9 @@ if ARGV[1] == 'B' then
             r = { r.err }
         end
         replies[c] = r
-        kb, ab = kb + nk, ab + 2 + na
+        kb, ab = kb + nk, ab + 1 + na
     end
     return replies
 end
 
-return run_call(0, 0)
+return run_call(0, 0, #ARGV)

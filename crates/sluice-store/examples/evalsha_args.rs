@@ -1,6 +1,7 @@
-//! Prints `numkeys keys... args...` of one `lua/check.lua` call for a token bucket, exactly as
-//! the daemon encodes it, so `redis-benchmark ... EVALSHA <sha> $(evalsha_args)` runs the same
-//! script work as a check (bench/redis-throughput.sh).
+//! Prints `numkeys`, the keys and the arguments of one `lua/check.lua` call for a token
+//! bucket, one per line, exactly as the daemon encodes it (an item's argument holds spaces),
+//! so `redis-benchmark ... EVALSHA <sha> "${args[@]}"` runs the same script work as a check
+//! (bench/redis-throughput.sh reads them with `mapfile`).
 
 use sluice_core::batch::{Call, Item};
 use sluice_core::{Params, Remote};
@@ -28,6 +29,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut out = vec![enc.keys.len().to_string()];
     out.extend(enc.keys);
     out.extend(enc.args);
-    println!("{}", out.join(" "));
+    println!("{}", out.join("\n"));
     Ok(())
 }

@@ -9,7 +9,7 @@ use sluice_core::Params;
 use sluice_core::algo::Window;
 use sluice_core::batch::Item;
 use sluice_core::time::SECOND;
-use sluice_store::redis::{RedisConfig, RedisStore, item_keys};
+use sluice_store::redis::{CHECK_SCRIPT, RedisConfig, RedisStore, item_keys};
 use sluice_store::{Store, StoreError};
 use sluice_testkit::RedisServer;
 
@@ -292,4 +292,112 @@ async fn redis_error_replies_are_classified() {
     assert!(matches!(err, StoreError::Server(_)), "{err:?}");
     assert!(!err.retryable());
     assert!(!err.to_string().contains("wrong@"), "{err}");
+}
+
+/// Arguments the script cannot trust answer `SLUICE_BADARG` and write nothing: the packed
+/// header and items are checked digit by digit and against 2^53 before any key is read. In a
+/// batch the bad call alone fails; the others are answered and taken.
+#[test]
+fn malformed_arguments_answer_badarg_and_write_nothing() {
+    let server = common::redis();
+    let now = T0.to_string();
+    let (ws, we) = (
+        T0 - T0 % (60 * SECOND),
+        T0 - T0 % (60 * SECOND) + 60 * SECOND,
+    );
+    let good = format!("3 5 60000000 1 0 0 {ws} {we}");
+    let eval = |keys: &[&str], args: &[&str]| {
+        let mut c: Vec<String> = vec!["EVAL".into(), CHECK_SCRIPT.into(), keys.len().to_string()];
+        c.extend(keys.iter().map(|k| k.to_string()));
+        c.extend(args.iter().map(|a| a.to_string()));
+        server.cmd(&c)
+    };
+    let header = format!("{now} 1");
+    // A good call first: the encoding the cases below break.
+    assert_eq!(
+        eval(&["sl:{ba}:ok"], &[&header, "r", &good]).expect("a good call"),
+        "1\n1\n5\n4\n".to_string() + &(we - T0).to_string() + "\n0\n60000000\n1"
+    );
+    let too_big = format!("3 9007199254740992 60000000 1 0 0 {ws} {we}");
+    let cases: Vec<(&str, Vec<&str>, Vec<String>)> = vec![
+        (
+            "header without a cost",
+            vec!["sl:{ba}:k"],
+            vec![now.clone(), "r".into(), good.clone()],
+        ),
+        (
+            "header not digits",
+            vec!["sl:{ba}:k"],
+            vec!["12x 1".into(), "r".into(), good.clone()],
+        ),
+        ("no request id", vec!["sl:{ba}:k"], vec![header.clone()]),
+        (
+            "nine fields",
+            vec!["sl:{ba}:k"],
+            vec![header.clone(), "r".into(), format!("{good} 7")],
+        ),
+        (
+            "unknown code",
+            vec!["sl:{ba}:k"],
+            vec![header.clone(), "r".into(), good.replacen('3', "7", 1)],
+        ),
+        (
+            "negative limit",
+            vec!["sl:{ba}:k"],
+            vec![header.clone(), "r".into(), good.replacen(" 5 ", " -5 ", 1)],
+        ),
+        (
+            "limit of 2^53",
+            vec!["sl:{ba}:k"],
+            vec![header.clone(), "r".into(), too_big],
+        ),
+        (
+            "zero limit",
+            vec!["sl:{ba}:k"],
+            vec![header.clone(), "r".into(), good.replacen(" 5 ", " 0 ", 1)],
+        ),
+        (
+            "flags beyond two bits",
+            vec!["sl:{ba}:k"],
+            vec![
+                header.clone(),
+                "r".into(),
+                good.replacen(" 1 0 0 ", " 4 0 0 ", 1),
+            ],
+        ),
+        (
+            "no key",
+            vec![],
+            vec![header.clone(), "r".into(), good.clone()],
+        ),
+    ];
+    for (what, keys, args) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = eval(keys, &args).expect_err(what);
+        assert!(
+            format!("{err:#}").contains("SLUICE_BADARG"),
+            "{what}: {err:#}"
+        );
+        assert_eq!(
+            cmd(&server, &["EXISTS", "sl:{ba}:k"]),
+            "0",
+            "{what}: nothing written"
+        );
+    }
+    // A batch: the bad call's answer is its error; the good one is counted.
+    let reply = eval(
+        &["sl:{ba}:b1", "sl:{ba}:b2"],
+        &[
+            "B", "2", "1 3", &header, "r", &good, "1 3", &header, "r", "3 5 x",
+        ],
+    )
+    .expect("a batch answers per call");
+    let lines: Vec<&str> = reply.lines().collect();
+    assert_eq!(&lines[..2], ["1", "1"], "{reply}");
+    assert!(
+        lines.last().is_some_and(|l| l.starts_with("SLUICE_BADARG")),
+        "{reply}"
+    );
+    assert_eq!(cmd(&server, &["GET", "sl:{ba}:b1"]), "1");
+    assert_eq!(cmd(&server, &["EXISTS", "sl:{ba}:b2"]), "0");
 }

@@ -14,8 +14,6 @@ pub const CHECK_SCRIPT: &str = include_str!("../../../../lua/check.lua");
 /// `lua/release.lua`: frees a concurrency slot.
 pub const RELEASE_SCRIPT: &str = include_str!("../../../../lua/release.lua");
 
-/// Fields per item in ARGV (see the header of `lua/check.lua`).
-const STRIDE: usize = 9;
 /// Outcome fields per item in the reply.
 const OUT: usize = 7;
 /// The largest integer a Lua double holds exactly.
@@ -101,13 +99,16 @@ fn exact(what: &str, v: u64) -> Result<u64, StoreError> {
 pub struct ScriptCall {
     /// The Redis keys, in the order the script reads them (see [`item_keys`]).
     pub keys: Vec<String>,
-    /// now, cost, request id, item count, then nine fields per item.
+    /// `"now cost"`, the request id, then one argument per item:
+    /// `"code p1 p2 flags rcur rprev wstart wend"`. Packed, because Redis copies and the
+    /// script checks every argument: nine arguments per item cost Redis more than the check.
     pub args: Vec<String>,
 }
 
 /// Encodes a call for `lua/check.lua`. Refuses numbers the script cannot hold exactly
 /// (above 2^53, or a cost above [`sluice_core::algo::MAX_LIMIT`]) rather than round them.
 pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
+    use std::fmt::Write as _;
     // A cost above any limit never fits; bounding it keeps cost × 10^6 exact in Lua.
     if call.cost > sluice_core::algo::MAX_LIMIT {
         return Err(StoreError::Server(format!(
@@ -118,11 +119,9 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
     }
     let now = exact("now", call.now)?;
     let mut keys = Vec::with_capacity(call.items.len() + 1);
-    let mut args = Vec::with_capacity(4 + STRIDE * call.items.len());
-    args.push(now.to_string());
-    args.push(call.cost.to_string());
+    let mut args = Vec::with_capacity(2 + call.items.len());
+    args.push(format!("{now} {}", call.cost));
     args.push(call.request_id.clone());
-    args.push(call.items.len().to_string());
     for item in &call.items {
         keys.extend(item_keys(item, now));
         let (p1, p2, wstart, wend) = match &item.params {
@@ -140,19 +139,21 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
             Params::SlidingLog { limit, window } => (*limit, *window, 0, 0),
             Params::Concurrency { limit, timeout } => (*limit, *timeout, 0, 0),
         };
-        let fields = [
+        let flags = u64::from(item.enforce) + 2 * u64::from(item.charge_rejected);
+        let mut a = String::with_capacity(64);
+        // Writing to a String cannot fail.
+        let _ = write!(
+            a,
+            "{} {} {} {flags} {} {} {} {}",
             code(item.params.kind()),
             exact("parameter", p1)?,
             exact("parameter", p2)?,
-            u64::from(item.enforce),
-            u64::from(item.charge_rejected),
             exact("remote.cur", item.remote.cur)?,
             exact("remote.prev", item.remote.prev)?,
             exact("window start", wstart)?,
             exact("window end", wend)?,
-        ];
-        debug_assert_eq!(fields.len(), STRIDE);
-        args.extend(fields.iter().map(u64::to_string));
+        );
+        args.push(a);
     }
     Ok(ScriptCall { keys, args })
 }

@@ -240,20 +240,19 @@ async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<
     }
 }
 
-/// KEYS and ARGV of a batch: "B", the number of calls, then per call its key count, its
-/// argument count and its arguments (see `lua/check.lua`). The arguments move into the
-/// batch; the keys are copied (a call's error names its key).
+/// KEYS and ARGV of a batch: "B", the number of calls, then per call `"nk na"` (its key
+/// count and argument count, one argument) and its arguments (see `lua/check.lua`). The
+/// arguments move into the batch; the keys are copied (a call's error names its key).
 fn batch_form(jobs: &mut [Job]) -> (Vec<String>, Vec<String>) {
     let nk: usize = jobs.iter().map(|j| j.call.keys.len()).sum();
-    let na: usize = jobs.iter().map(|j| j.call.args.len() + 2).sum();
+    let na: usize = jobs.iter().map(|j| j.call.args.len() + 1).sum();
     let mut keys = Vec::with_capacity(nk);
     let mut args = Vec::with_capacity(na + 2);
     args.push("B".to_string());
     args.push(jobs.len().to_string());
     for j in jobs {
         keys.extend(j.call.keys.iter().cloned());
-        args.push(j.call.keys.len().to_string());
-        args.push(j.call.args.len().to_string());
+        args.push(format!("{} {}", j.call.keys.len(), j.call.args.len()));
         args.append(&mut j.call.args);
     }
     (keys, args)
