@@ -20,8 +20,9 @@
 # OPEN_MAX (10000: the open loop's rate is at most this; sluice-bench's open loop costs its
 # core ~60 µs a request in context switches, so above ~12,000/s its own queueing, not the
 # server's, would make the tail),
-# HEADERS (on: both answer with rate limit headers, Limitador with --rate-limit-headers
-# DRAFT_VERSION_03, the same work; off: neither does, sluiced with envoy.response_headers off).
+# HEADERS (on: both answer with the X-RateLimit-Limit/Remaining/Reset headers, Limitador with
+# --rate-limit-headers DRAFT_VERSION_03 and sluiced with envoy.header_set x_ratelimit; off:
+# neither does, sluiced with envoy.response_headers off).
 source "$(dirname "$0")/common.sh"
 
 LIMITADOR="${LIMITADOR:-${1:-}}"
@@ -54,7 +55,8 @@ LIMITS
 
 HEADERS="${HEADERS:-on}"
 if [ "$HEADERS" = on ]; then
-  printf 'log: warn\n' >"$WORK/sluiced.yaml"
+  # The same three headers from both: X-RateLimit-Limit, -Remaining, -Reset.
+  printf 'log: warn\nenvoy: { header_set: x_ratelimit }\n' >"$WORK/sluiced.yaml"
   LIMITADOR_HEADERS=(--rate-limit-headers DRAFT_VERSION_03)
 else
   printf 'log: warn\nenvoy: { response_headers: false, raw_body: false }\n' >"$WORK/sluiced.yaml"

@@ -334,35 +334,58 @@ fn status(id: Arc<str>, o: &Outcome, headers: HeaderMode, via: Via) -> PolicySta
     }
 }
 
+/// Which rate limit headers a response carries besides `Retry-After`.
+///
+/// Clients differ: envoyproxy/ratelimit and Limitador send the `X-RateLimit-*` trio, newer
+/// clients read the IETF draft's `RateLimit-Policy` / `RateLimit` pair. Sending only what a
+/// fleet's clients read saves rendering and bytes on every response.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderSet {
+    /// Both: the draft's pair and the `X-RateLimit-*` trio.
+    #[default]
+    All,
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
+    Ratelimit,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    XRatelimit,
+}
+
 /// The response headers for a decision: `Retry-After` when refused; `RateLimit-Policy` and
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers, an item per policy named by rule id) and
 /// `X-RateLimit-Limit/Remaining/Reset` for the most restrictive policy, leaving out
 /// `retry_only` rules.
 pub fn headers(d: &Decision) -> Vec<(&'static str, String)> {
+    headers_of(d, HeaderSet::All)
+}
+
+/// [`headers`], limited to one [`HeaderSet`] (`Retry-After` is always sent on a refusal).
+pub fn headers_of(d: &Decision, set: HeaderSet) -> Vec<(&'static str, String)> {
     let mut out = Vec::with_capacity(6);
     if d.code != Code::Ok {
         let secs = ceil_secs(d.retry_after_ms * 1000).max(1);
         out.push(("Retry-After", secs.to_string()));
     }
-    let visible: Vec<&PolicyStatus> = d
-        .policies
-        .iter()
-        .filter(|p| p.headers == HeaderMode::Full)
-        .collect();
-    if visible.is_empty() {
+    let visible = || d.policies.iter().filter(|p| p.headers == HeaderMode::Full);
+    if visible().next().is_none() {
         return out;
     }
-    let mut policy = String::new();
-    let mut state = String::new();
-    for (i, p) in visible.iter().enumerate() {
-        let sep = if i == 0 { "" } else { ", " };
-        let _ = write!(policy, "{sep}\"{}\";q={};w={}", p.id, p.limit, p.window_s);
-        let _ = write!(state, "{sep}\"{}\";r={};t={}", p.id, p.remaining, p.reset_s);
+    if set != HeaderSet::XRatelimit {
+        let mut policy = String::new();
+        let mut state = String::new();
+        for (i, p) in visible().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            let _ = write!(policy, "{sep}\"{}\";q={};w={}", p.id, p.limit, p.window_s);
+            let _ = write!(state, "{sep}\"{}\";r={};t={}", p.id, p.remaining, p.reset_s);
+        }
+        out.push(("RateLimit-Policy", policy));
+        out.push(("RateLimit", state));
     }
-    out.push(("RateLimit-Policy", policy));
-    out.push(("RateLimit", state));
+    if set == HeaderSet::Ratelimit {
+        return out;
+    }
     // Most restrictive: fewest remaining, then smallest share of its limit, then first.
-    if let Some(p) = visible.iter().min_by(|a, b| {
+    if let Some(p) = visible().min_by(|a, b| {
         a.remaining.cmp(&b.remaining).then(
             (u128::from(a.remaining) * u128::from(b.limit))
                 .cmp(&(u128::from(b.remaining) * u128::from(a.limit))),
@@ -490,6 +513,26 @@ rules:
             .1;
         assert_eq!(policy, "\"burst\";q=20;w=20, \"daily\";q=1000;w=86400");
         assert!(h.contains(&("X-RateLimit-Remaining", "0".to_string())));
+        // Each set alone: the same values, the other set's headers left out.
+        let names = |set| -> Vec<&str> { headers_of(&dec, set).iter().map(|(k, _)| *k).collect() };
+        assert_eq!(
+            names(HeaderSet::XRatelimit),
+            [
+                "Retry-After",
+                "X-RateLimit-Limit",
+                "X-RateLimit-Remaining",
+                "X-RateLimit-Reset"
+            ]
+        );
+        assert_eq!(
+            names(HeaderSet::Ratelimit),
+            ["Retry-After", "RateLimit-Policy", "RateLimit"]
+        );
+        assert_eq!(headers_of(&dec, HeaderSet::All), h);
+        assert!(
+            headers_of(&dec, HeaderSet::XRatelimit)
+                .contains(&("X-RateLimit-Remaining", "0".to_string()))
+        );
         // The daily quota counted only the admitted 20.
         assert_eq!(dec.policies[1].remaining, 980);
         let body = problem_json(&dec);

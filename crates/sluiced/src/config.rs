@@ -217,5 +217,17 @@ mod tests {
         assert!(Config::from_yaml("regoin: eu\n").is_err());
         assert!(Config::from_yaml("local_factor: 3\n").is_err());
         assert!(Config::from_yaml("store: { kind: floppy }\n").is_err());
+        let c = Config::from_yaml("envoy: { header_set: x_ratelimit }\n").expect("valid");
+        assert_eq!(
+            c.envoy.header_set,
+            sluice_core::decision::HeaderSet::XRatelimit
+        );
+        assert!(
+            c.envoy.response_headers,
+            "the other fields keep their defaults"
+        );
+        let err = Config::from_yaml("envoy: { header_set: x-ratelimit }\n")
+            .expect_err("an unknown header set");
+        assert!(format!("{err:#}").contains("header_set"), "{err:#}");
     }
 }

@@ -33,7 +33,9 @@ use crate::engine::{CheckError, Engine, now_micros};
 use serde::Deserialize;
 use sluice_core::Remote;
 use sluice_core::algo::{MAX_LIMIT, Params, Window};
-use sluice_core::decision::{Answer, Code, Decision, PolicyStatus, headers, plan, problem_json};
+use sluice_core::decision::{
+    Answer, Code, Decision, HeaderSet, PolicyStatus, headers_of, plan, problem_json,
+};
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::{Domain, FailureMode, HeaderMode, Mode, Rule, Scope};
 use sluice_core::time::SECOND;
@@ -72,6 +74,9 @@ pub enum UnavailableAs {
 pub struct EnvoyConfig {
     /// Send the core's rate limit headers in `response_headers_to_add`.
     pub response_headers: bool,
+    /// Which of them: `all` (default), `ratelimit` (the IETF draft's pair) or `x_ratelimit`
+    /// (the `X-RateLimit-*` trio that envoyproxy/ratelimit and Limitador send).
+    pub header_set: HeaderSet,
     /// Send the problem body of a refusal in `raw_body`.
     pub raw_body: bool,
     /// How `UNAVAILABLE` decisions are answered.
@@ -82,6 +87,7 @@ impl Default for EnvoyConfig {
     fn default() -> Self {
         EnvoyConfig {
             response_headers: true,
+            header_set: HeaderSet::All,
             raw_body: true,
             unavailable_as: UnavailableAs::OverLimit,
         }
@@ -355,7 +361,7 @@ impl Outcome {
         };
         let mut response_headers_to_add = Vec::new();
         if cfg.response_headers {
-            response_headers_to_add = headers(&all)
+            response_headers_to_add = headers_of(&all, cfg.header_set)
                 .into_iter()
                 .map(|(k, v)| header(k, v))
                 .collect();
@@ -878,6 +884,33 @@ rules:
     }
 
     #[tokio::test]
+    async fn the_header_set_picks_which_rate_limit_headers_envoy_gets() {
+        let cfg = EnvoyConfig {
+            header_set: HeaderSet::XRatelimit,
+            ..EnvoyConfig::default()
+        };
+        let s = service(Arc::new(MemoryStore::new(1000)), cfg);
+        let r = ask(&s, req("edge", vec![desc(&[("user", "u1")])], 1)).await;
+        let names: Vec<&str> = r
+            .response_headers_to_add
+            .iter()
+            .map(|h| h.key.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "X-RateLimit-Limit",
+                "X-RateLimit-Remaining",
+                "X-RateLimit-Reset"
+            ]
+        );
+        assert_eq!(header(&r, "X-RateLimit-Remaining"), Some("2"));
+        let all = ask(&memory(), req("edge", vec![desc(&[("user", "u1")])], 1)).await;
+        assert!(header(&all, "RateLimit-Policy").is_some());
+        assert_eq!(header(&all, "X-RateLimit-Remaining"), Some("2"));
+    }
+
+    #[tokio::test]
     async fn a_fail_closed_rule_is_refused_by_default_or_an_error_when_asked() {
         let s = service(Arc::new(Down), EnvoyConfig::default());
         let r = ask(&s, req("edge", vec![desc(&[("tenant", "t1")])], 1)).await;
@@ -894,6 +927,7 @@ rules:
             unavailable_as: UnavailableAs::Error,
             response_headers: false,
             raw_body: false,
+            ..EnvoyConfig::default()
         };
         let s = service(Arc::new(Down), cfg);
         let o = s
