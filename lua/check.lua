@@ -36,8 +36,9 @@
 --
 -- Errors: a key holding the wrong type or an unparsable value answers
 --   "SLUICE_CORRUPT <key index> <detail>"  (1-based index into KEYS)
--- and an argument that is not what the format says answers "SLUICE_BADARG <detail>". Nothing is written
--- by a call that fails: every read and check happens before the first write.
+-- and an argument that is not what the format says answers "SLUICE_BADARG <detail>".
+-- Nothing is written by a call that fails: every read and check happens before the first
+-- write.
 
 local SCALE = 1000000      -- micro-tokens per token (TOKEN_SCALE)
 local SECOND = 1000000     -- microseconds

@@ -101,7 +101,8 @@ pub struct ScriptCall {
     pub keys: Vec<String>,
     /// `"now cost"`, the request id, then one argument per item:
     /// `"code p1 p2 flags rcur rprev wstart wend"`. Packed, because Redis copies and the
-    /// script checks every argument: nine arguments per item cost Redis more than the check.
+    /// script checks every argument: nine per item were over a third of what a fixed-window
+    /// check cost Redis (docs/redis.md).
     pub args: Vec<String>,
 }
 
