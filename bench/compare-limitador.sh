@@ -17,9 +17,9 @@
 # Env: LIMITADOR (instead of the first argument), SLUICED, BENCH, SERVER_CPU / LOAD_CPU
 # (default 0 / 1), REDIS_CPU (default LOAD_CPU; 0 = beside the server), SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("16 64 256"),
 # KEYS (10000 users), RATE (fixed offered rate instead of half the slower saturation),
-# OPEN_MAX (10000: the open loop's rate is at most this; sluice-bench's open loop costs its
-# core ~60 µs a request in context switches, so above ~12,000/s its own queueing, not the
-# server's, would make the tail),
+# OPEN_MAX (4000: the open loop's rate is at most this; sluice-bench's open loop costs its
+# core ~60 µs a request in context switches on a fast machine and ~2.5× that on a slow one,
+# so at 10,000/s there its own queueing, not the server's, made the tail),
 # HEADERS (on: both answer with the X-RateLimit-Limit/Remaining/Reset headers, Limitador with
 # --rate-limit-headers DRAFT_VERSION_03 and sluiced with envoy.header_set x_ratelimit; off:
 # neither does, sluiced with envoy.response_headers off).
@@ -107,7 +107,7 @@ for store in "${STORES[@]}"; do
     stop "$pid"
   done
   s="$(field "${SAT[sluice-$store]}" decisions_per_s)"; l="$(field "${SAT[limitador-$store]}" decisions_per_s)"
-  rate="${RATE:-$(python3 -c 'import sys; print(round(min(min(float(sys.argv[1]), float(sys.argv[2])) / 2, float(sys.argv[3]))))' "$s" "$l" "${OPEN_MAX:-10000}")}"
+  rate="${RATE:-$(python3 -c 'import sys; print(round(min(min(float(sys.argv[1]), float(sys.argv[2])) / 2, float(sys.argv[3]))))' "$s" "$l" "${OPEN_MAX:-4000}")}"
   for who in sluice limitador; do
     [ "$store" = redis ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
     grpc="$(free_port)"; http="$(free_port)"
