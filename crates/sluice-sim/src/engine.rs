@@ -246,13 +246,21 @@ impl Pipe {
         self.replies.as_ref().and_then(|rx| rx.recv().ok())
     }
 
-    /// What daemon `d` of region `r` ships at `now`, once everything before is observed.
-    fn select(&mut self, region: usize, daemon: usize, now: Micros) -> Batch {
-        match self.ask(Rec::Select {
+    /// Asks what daemon `d` of region `r` ships at `now`, without waiting: the observer
+    /// answers once everything before is observed, and [`Pipe::selected`] takes the answers in
+    /// the order they were asked.
+    fn select(&mut self, region: usize, daemon: usize, now: Micros) {
+        self.send(Rec::Select {
             region,
             daemon,
             now,
-        }) {
+        });
+        self.flush();
+    }
+
+    /// The answer to the oldest [`Pipe::select`] not yet taken.
+    fn selected(&mut self) -> Batch {
+        match self.replies.as_ref().and_then(|rx| rx.recv().ok()) {
             Some(Reply::Batch(b)) => b,
             _ => Batch::default(),
         }
@@ -449,8 +457,6 @@ pub struct Sim<'a> {
     sc: &'a Scenario,
     seed: u64,
     domain: &'a Domain,
-    /// Counter ids by traffic, then key: `(tag, id)` pairs (see `measure`).
-    truth_cache: Vec<Vec<Vec<(u32, u32)>>>,
     /// Counter ids by store key.
     index: TruthIndex,
     /// Records for the observer thread.
@@ -474,6 +480,22 @@ pub struct Sim<'a> {
     /// Convergence after each heal.
     pub heals: Vec<HealTrack>,
     events: u64,
+    /// Shipments asked of the observer and not yet sent, oldest first: the engine goes on
+    /// with requests while the observer works out what they carry.
+    shipping: VecDeque<Shipping>,
+    /// The earliest time a delivery of `shipping` could arrive.
+    shipping_due: Micros,
+    /// Per region: the shortest delay any of its outgoing links can give.
+    first_delivery: Vec<Micros>,
+}
+
+/// A shipment waiting for the observer's answer.
+struct Shipping {
+    region: usize,
+    /// When it was shipped.
+    now: Micros,
+    /// The sequence number before its deliveries' (reserved at the ship).
+    seq: u64,
 }
 
 /// Streams of randomness, so each consumer's draws are independent of the others.
@@ -522,11 +544,6 @@ impl<'a> Sim<'a> {
             sc,
             seed,
             domain,
-            truth_cache: sc
-                .traffic
-                .iter()
-                .map(|t| vec![Vec::new(); t.keys.len()])
-                .collect(),
             index: TruthIndex::new(n),
             pipe: Pipe {
                 buf: Vec::with_capacity(BATCH),
@@ -551,6 +568,17 @@ impl<'a> Sim<'a> {
             },
             heals: Vec::new(),
             events: 0,
+            shipping: VecDeque::new(),
+            shipping_due: Micros::MAX,
+            first_delivery: (0..n)
+                .map(|r| {
+                    (0..n)
+                        .filter(|&r2| r2 != r)
+                        .map(|r2| sc.gossip.links[r][r2].delay.low())
+                        .min()
+                        .unwrap_or(0)
+                })
+                .collect(),
         };
         for r in 0..n {
             sim.start_daemons(r);
@@ -687,7 +715,27 @@ impl<'a> Sim<'a> {
                     best = Some((e.at, e.seq, r));
                 }
             }
-            let Some((at, _, from)) = best else { break };
+            let Some((at, _, from)) = best else {
+                if self.shipping.is_empty() {
+                    break;
+                }
+                self.send_shipments();
+                continue;
+            };
+            // Shipments asked for are sent before the first event they could affect: one at
+            // or after their earliest delivery, or anything but a request or a ship timer (a
+            // delivery, or a scenario event that could cut a link or stop a region).
+            if !self.shipping.is_empty()
+                && (at >= self.shipping_due
+                    || (from == usize::MAX
+                        && !matches!(
+                            self.heap.peek().map(|q| &q.ev),
+                            Some(Ev::Arrival(_) | Ev::Ship { .. })
+                        )))
+            {
+                self.send_shipments();
+                continue;
+            }
             self.now = at;
             self.events += 1;
             if self.events & 0xffff == 0 {
@@ -889,7 +937,7 @@ impl<'a> Sim<'a> {
             // The counter a (traffic, key, rule, region) reaches never changes: look it up
             // by numbers instead of hashing the store key.
             let tag = (ri * 65 + region.map_or(0, |r| r + 1)) as u32;
-            let cached = &self.truth_cache[traffic as usize][key as usize];
+            let cached = self.gens[traffic as usize].truth(key as usize);
             let id = match cached.iter().find(|(t, _)| *t == tag) {
                 Some(&(_, id)) => id,
                 None => {
@@ -897,7 +945,7 @@ impl<'a> Sim<'a> {
                     if let Some(new) = new {
                         self.pipe.send(Rec::Truth(new));
                     }
-                    self.truth_cache[traffic as usize][key as usize].push((tag, id));
+                    cached.push((tag, id));
                     id
                 }
             };
@@ -982,11 +1030,58 @@ impl<'a> Sim<'a> {
                 return;
             }
         }
-        let batch = self.pipe.select(r, d, now);
+        self.pipe.select(r, d, now);
         let daemon = &mut self.regions[r].daemons[d];
         if view(sc, d) == d {
             daemon.remote.sweep(now);
         }
+        // The deliveries' sequence numbers are taken now, so they order against other events
+        // exactly as if they were queued now.
+        let receivers = match sc.gossip.delivery {
+            Delivery::PerDaemon => sc.daemons,
+            Delivery::PerRegion => 1,
+        };
+        let seq = self.seq;
+        self.seq += (n * receivers) as u64;
+        self.shipping_due = self.shipping_due.min(now + self.first_delivery[r]);
+        self.shipping.push_back(Shipping {
+            region: r,
+            now,
+            seq,
+        });
+        let next = now + self.interval;
+        if next < sc.duration {
+            self.push(
+                next,
+                Ev::Ship {
+                    region: r,
+                    daemon: d,
+                    epoch,
+                    timer,
+                },
+            );
+        }
+    }
+
+    /// Sends the shipments asked for so far, oldest first: waits for the observer's answers
+    /// and queues their deliveries. The loop calls it before anything a shipment could change
+    /// or be delivered to.
+    fn send_shipments(&mut self) {
+        while let Some(s) = self.shipping.pop_front() {
+            let batch = self.pipe.selected();
+            self.send_shipment(s, batch);
+        }
+        self.shipping_due = Micros::MAX;
+    }
+
+    fn send_shipment(&mut self, s: Shipping, batch: Batch) {
+        let Shipping {
+            region: r,
+            now,
+            mut seq,
+        } = s;
+        let sc = self.sc;
+        let n = sc.regions.len();
         let g = &mut self.gossip;
         g.deferred += batch.deferred as u64;
         if !batch.entries.is_empty() {
@@ -1025,29 +1120,19 @@ impl<'a> Sim<'a> {
                     }
                     let delay = link.delay.sample(rng);
                     let epoch = self.regions[r2].daemons[d2].epoch;
-                    self.push(
-                        now + delay,
-                        Ev::Deliver {
+                    seq += 1;
+                    self.heap.push(Queued {
+                        at: now + delay,
+                        seq,
+                        ev: Ev::Deliver {
                             region: r2,
                             daemon: d2,
                             epoch,
                             msg: msg.clone(),
                         },
-                    );
+                    });
                 }
             }
-        }
-        let next = now + self.interval;
-        if next < sc.duration {
-            self.push(
-                next,
-                Ev::Ship {
-                    region: r,
-                    daemon: d,
-                    epoch,
-                    timer,
-                },
-            );
         }
     }
 

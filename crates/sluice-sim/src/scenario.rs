@@ -550,6 +550,17 @@ impl Dist {
         v.max(0.0) as Micros
     }
 
+    /// The smallest value [`Dist::sample`] can give, µs.
+    pub fn low(&self) -> Micros {
+        let v = match *self {
+            Dist::Fixed(v) => v,
+            Dist::Uniform(a, b) => a.min(b),
+            Dist::Normal(..) => 0.0,
+            Dist::Exponential(_, min) => min,
+        };
+        v.max(0.0) as Micros
+    }
+
     /// The largest value it usually gives (mean + 3 sd for the unbounded ones), µs.
     pub fn high(&self) -> f64 {
         match *self {
@@ -1423,6 +1434,30 @@ rate_per_s = 10
             Ok(_) => panic!("accepted:\n{text}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn no_draw_is_below_low() {
+        // The engine sends a shipment only before the earliest delivery `low` allows: a draw
+        // below it would be delivered out of order.
+        let mut rng = crate::rng::Rng::stream(3, 9);
+        for d in [
+            Dist::Fixed(30_000.0),
+            Dist::Uniform(30_000.0, 80_000.0),
+            Dist::Uniform(5.5, 5.5),
+            Dist::Normal(40_000.0, 30_000.0),
+            Dist::Exponential(10_000.0, 20_000.0),
+            Dist::Fixed(-3.0),
+        ] {
+            let low = d.low();
+            let min = (0..10_000).map(|_| d.sample(&mut rng)).min();
+            assert!(
+                min.is_some_and(|m| m >= low),
+                "{d:?}: low {low}, drew {min:?}"
+            );
+        }
+        assert_eq!(Dist::Uniform(30_000.0, 80_000.0).low(), 30_000);
+        assert_eq!(Dist::Exponential(10_000.0, 20_000.0).low(), 20_000);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::rng::{Rng, Zipf};
 use crate::scenario::{Arrivals, Keys, Traffic};
 use sluice_core::Micros;
 use sluice_core::matching::Descriptors;
+use smallvec::SmallVec;
 
 const US: f64 = 1_000_000.0;
 
@@ -21,8 +22,19 @@ pub struct Generator {
     /// Continuous position, µs (arrivals are its floor).
     pos: f64,
     rr: usize,
-    /// Descriptors of each key, built on first use; indexed by key.
-    descriptors: Vec<Option<Descriptors>>,
+    /// What is kept per key, indexed by key.
+    keys: Vec<KeyState>,
+}
+
+/// What a run keeps per key of a traffic, side by side: a request reads both, and over
+/// 100,000 keys each separate table cost a cache miss of its own.
+#[derive(Clone, Debug, Default)]
+struct KeyState {
+    /// The key's descriptors, built on first use.
+    descriptors: Option<Descriptors>,
+    /// The ground truth's counters the key reached: `(tag, id)` pairs (the engine's
+    /// `measure`).
+    truth: SmallVec<[(u32, u32); 4]>,
 }
 
 impl Generator {
@@ -38,7 +50,7 @@ impl Generator {
             rng,
             zipf,
             rr: 0,
-            descriptors: Vec::new(),
+            keys: Vec::new(),
         }
     }
 
@@ -166,18 +178,31 @@ impl Generator {
         }
     }
 
+    /// Makes room for key `i`.
+    fn grow(&mut self, i: usize) {
+        if i >= self.keys.len() {
+            self.keys
+                .resize(self.cfg.keys.len().max(i + 1), KeyState::default());
+        }
+    }
+
     /// The descriptors of key `i` (built once per key).
     pub fn descriptors(&mut self, i: usize) -> &Descriptors {
+        self.grow(i);
         let cfg = &self.cfg;
-        if i >= self.descriptors.len() {
-            self.descriptors.resize(cfg.keys.len().max(i + 1), None);
-        }
-        self.descriptors[i].get_or_insert_with(|| {
+        self.keys[i].descriptors.get_or_insert_with(|| {
             let mut d = cfg.descriptors.clone();
             d.push((cfg.key_field.clone(), cfg.keys.value(i)));
             // Checked at load with the longest key value: valid.
             Descriptors::new(d).unwrap_or_default()
         })
+    }
+
+    /// The ground truth's counters key `i` reached, `(tag, id)` pairs, for the engine to look
+    /// up and extend.
+    pub fn truth(&mut self, i: usize) -> &mut SmallVec<[(u32, u32); 4]> {
+        self.grow(i);
+        &mut self.keys[i].truth
     }
 }
 
