@@ -81,8 +81,11 @@ local function sat(a)
     return a
 end
 
+-- An integer below 2^53 as decimal digits. '%d' formats a C long; '%.0f' (and Lua's own
+-- number-to-string, '%.14g', which a number passed to redis.call goes through) take glibc's
+-- multi-precision float path, several times slower (docs/redis.md).
 local function fmt(n)
-    return format('%.0f', n)
+    return format('%d', n)
 end
 
 local function corrupt(ki, detail)
@@ -169,12 +172,13 @@ local function check_zset(key, ki)
     return nil
 end
 
+-- A TTL for SET PX / PEXPIRE, as the argument string.
 local function pexpire_ms(ttl_us)
     local ms = ceil_div(ttl_us, MILLI)
     if ms < 1 then
         ms = 1
     end
-    return ms
+    return fmt(ms)
 end
 
 -- SET with a TTL, or DEL when the state carries nothing (TTL 0), like Write::Put(_, 0).
