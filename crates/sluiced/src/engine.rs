@@ -209,23 +209,29 @@ impl Engine {
     ) -> Result<Checked, CheckError> {
         let started = Instant::now();
         let r = self.check_inner(domain, descriptors, cost).await;
-        self.metrics
-            .check_latency
-            .observe(started.elapsed().as_secs_f64());
         match &r {
-            Ok(c) => {
-                let counter = match c.decision.code {
-                    Code::Ok => &self.metrics.checks_ok,
-                    Code::OverLimit => &self.metrics.checks_over_limit,
-                    Code::Unavailable => &self.metrics.checks_unavailable,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
+            Ok(c) => self.decided(started, &c.decision),
             Err(_) => {
+                self.metrics
+                    .check_latency
+                    .observe(started.elapsed().as_secs_f64());
                 self.metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
             }
         }
         r
+    }
+
+    /// Counts a decision begun at `started`: its latency and its code.
+    pub(crate) fn decided(&self, started: Instant, d: &Decision) {
+        self.metrics
+            .check_latency
+            .observe(started.elapsed().as_secs_f64());
+        let counter = match d.code {
+            Code::Ok => &self.metrics.checks_ok,
+            Code::OverLimit => &self.metrics.checks_over_limit,
+            Code::Unavailable => &self.metrics.checks_unavailable,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     async fn check_inner(
@@ -257,11 +263,7 @@ impl Engine {
                 .map(|r| r.remote(&a.key, &a.params, now))
                 .unwrap_or_default()
         });
-        let answers: Vec<Answer> = if p.calls.len() == 1 {
-            vec![self.answer(&p, 0).await]
-        } else {
-            futures_util::future::join_all((0..p.calls.len()).map(|i| self.answer(&p, i))).await
-        };
+        let answers = self.answers(&p).await;
         let decision = p.decide(rules.version, &answers);
         self.count(&decision);
         if !decision.shadow_denied.is_empty() {
@@ -282,6 +284,17 @@ impl Engine {
         })
     }
 
+    /// The answers to a plan's store calls, in order: each through its shard's breaker and
+    /// the store deadline, with the local fallback when it fails. Every way a decision is
+    /// made (rules, Envoy's `limit` overrides) goes through here.
+    pub(crate) async fn answers(&self, p: &sluice_core::decision::Plan<'_>) -> Vec<Answer> {
+        if p.calls.len() == 1 {
+            vec![self.answer(p, 0).await]
+        } else {
+            futures_util::future::join_all((0..p.calls.len()).map(|i| self.answer(p, i))).await
+        }
+    }
+
     async fn answer(&self, p: &sluice_core::decision::Plan<'_>, i: usize) -> Answer {
         match self.call_store(&p.calls[i].call).await {
             Ok(r) => Answer::Done(r),
@@ -293,7 +306,8 @@ impl Engine {
         }
     }
 
-    fn count(&self, d: &Decision) {
+    /// Counts a decision's policies in the per-rule metrics.
+    pub(crate) fn count(&self, d: &Decision) {
         for pol in &d.policies {
             let c = self.metrics.rule(&pol.id);
             let counter = match (pol.via, pol.allowed) {

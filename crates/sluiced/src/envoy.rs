@@ -34,7 +34,7 @@ use serde::Deserialize;
 use sluice_core::Remote;
 use sluice_core::algo::{MAX_LIMIT, Params, Window};
 use sluice_core::decision::{
-    Answer, Code, Decision, HeaderSet, PolicyStatus, headers_of, plan, problem_json,
+    Code, Decision, HeaderSet, PolicyStatus, headers_of, plan, problem_json,
 };
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::{Domain, FailureMode, HeaderMode, Mode, Rule, Scope};
@@ -48,6 +48,7 @@ use sluice_proto::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 use tonic::{Request, Response, Status};
 
 /// The synthetic descriptor naming an Envoy descriptor's entry keys, in order, joined by `/`.
@@ -222,6 +223,7 @@ impl RateLimitService {
         limit: &RateLimitOverride,
         cost: u64,
     ) -> Result<Decision, EnvoyError> {
+        let started = Instant::now();
         let (unit_name, unit_s) = match override_unit(limit.unit) {
             Some(u) => u,
             None => {
@@ -263,29 +265,11 @@ impl RateLimitService {
         let p = plan(&synthetic, &d, now, cost, "envoy-override", |_| {
             Remote::default()
         });
-        let engine = &self.engine;
-        let mut answers = Vec::with_capacity(p.calls.len());
-        for (i, pc) in p.calls.iter().enumerate() {
-            let r = tokio::time::timeout(engine.store_timeout, engine.store.check(&pc.call)).await;
-            answers.push(match r {
-                Ok(Ok(r)) => Answer::Done(r),
-                _ => {
-                    engine.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
-                    Answer::Failed {
-                        local: p
-                            .fallback(i, engine.local_permille)
-                            .and_then(|c| engine.local.check_sync(&c).ok()),
-                    }
-                }
-            });
-        }
+        // The store calls go the way a rule's do: breaker, deadline, metrics, fallback.
+        let answers = self.engine.answers(&p).await;
         let decision = p.decide(rules.version, &answers);
-        let counter = match decision.code {
-            Code::Ok => &engine.metrics.checks_ok,
-            Code::OverLimit => &engine.metrics.checks_over_limit,
-            Code::Unavailable => &engine.metrics.checks_unavailable,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.engine.count(&decision);
+        self.engine.decided(started, &decision);
         Ok(decision)
     }
 }
@@ -557,6 +541,7 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use sluice_core::batch::{Call, CallResult};
+    use sluice_core::breaker::BreakerState;
     use sluice_core::decision::Via;
     use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use sluice_store::{BoxFuture, MemoryStore, Store, StoreError};
@@ -908,6 +893,40 @@ rules:
         let all = ask(&memory(), req("edge", vec![desc(&[("user", "u1")])], 1)).await;
         assert!(header(&all, "RateLimit-Policy").is_some());
         assert_eq!(header(&all, "X-RateLimit-Remaining"), Some("2"));
+    }
+
+    #[tokio::test]
+    async fn a_limit_override_goes_through_the_breaker_and_the_metrics() {
+        let s = service(Arc::new(Down), EnvoyConfig::default());
+        let mut d = desc(&[("user", "u5")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 100,
+            unit: Unit::Minute as i32,
+        });
+        for _ in 0..25 {
+            let r = ask(&s, req("edge", vec![d.clone()], 1)).await;
+            assert_eq!(r.overall_code, RlsCode::Ok as i32, "decided locally");
+        }
+        let m = &s.engine.metrics;
+        let c = m.rule(&Arc::from("envoy-override-minute"));
+        assert_eq!(
+            c.local.load(Ordering::Relaxed),
+            25,
+            "local verdicts, counted"
+        );
+        assert_eq!(m.checks_ok.load(Ordering::Relaxed), 25);
+        // 20 failed calls in the window open the store's breaker, as a rule's calls would;
+        // the calls after it are refused by the breaker, not sent to the store.
+        assert!(
+            s.engine
+                .breaker_states()
+                .iter()
+                .any(|(_, st, opened)| *opened > 0 && matches!(st, BreakerState::Open { .. })),
+            "{:?}",
+            s.engine.breaker_states()
+        );
+        // The store saw 20 calls: the breaker answered the last 5 itself.
+        assert_eq!(m.store_errors.load(Ordering::Relaxed), 20);
     }
 
     #[tokio::test]
