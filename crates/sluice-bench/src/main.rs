@@ -10,9 +10,11 @@
 //! - [`keys`]: key distributions (hot, uniform, Zipf) over a seeded generator.
 //! - [`target`]: the three APIs' clients.
 //! - [`http1`]: the minimal HTTP/1.1 keep-alive client behind the HTTP API.
+//! - [`h2grpc`]: the lean unary gRPC client on HTTP/2 behind the Envoy API.
 //! - [`run`]: the open and closed loops, histograms, progress line.
 //! - [`report`]: text and JSON output.
 
+mod h2grpc;
 mod http1;
 mod keys;
 mod report;

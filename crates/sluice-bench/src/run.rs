@@ -217,7 +217,7 @@ struct Open {
     sem: Arc<tokio::sync::Semaphore>,
     /// Idle clients (HTTP keep-alive connections; cheap handles over `chans` for gRPC).
     pool: Mutex<Vec<Client>>,
-    chans: Vec<tonic::transport::Channel>,
+    chans: Vec<crate::target::Link>,
     in_flight: AtomicU64,
 }
 
@@ -280,7 +280,14 @@ pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
     anyhow::ensure!(plan.concurrency > 0, "--concurrency must be at least 1");
     let chans = match plan.shape.api {
         crate::target::Api::Http => Vec::new(),
-        _ => channels(plan.shape.addr, plan.connections.clamp(1, plan.concurrency)).await?,
+        api => {
+            channels(
+                api,
+                plan.shape.addr,
+                plan.connections.clamp(1, plan.concurrency),
+            )
+            .await?
+        }
     };
     let cpu_before = own_cpu_seconds();
     let start = Instant::now();

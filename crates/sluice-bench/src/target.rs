@@ -1,12 +1,12 @@
 //! The three ways to ask a limiter: Sluice's own gRPC `Check`, Envoy's `ShouldRateLimit`
 //! (which Limitador serves too, so one client measures both), and the HTTP JSON API.
 
+use crate::h2grpc;
 use crate::http1::Http1;
 use anyhow::{Context as _, bail};
 use sluice_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use sluice_proto::envoy::service::ratelimit::v3 as rls;
-use sluice_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::limiter_client::LimiterClient;
 use std::net::SocketAddr;
@@ -66,34 +66,50 @@ pub enum Verdict {
 pub enum Client {
     /// Sluice gRPC.
     Grpc(LimiterClient<Channel>),
-    /// Envoy RLS.
-    Envoy(RateLimitServiceClient<Channel>),
+    /// Envoy RLS, on the lean HTTP/2 client (`h2grpc`).
+    Envoy(h2grpc::Conn),
     /// HTTP JSON, one keep-alive connection.
     Http(Box<Http1>),
 }
 
+/// One HTTP/2 connection of a gRPC API, shared by the workers given it.
+#[derive(Clone)]
+pub enum Link {
+    /// tonic's channel (`sluice.v1`).
+    Tonic(Channel),
+    /// The lean client's connection (Envoy RLS).
+    H2(h2grpc::Conn),
+}
+
 /// Opens `n` HTTP/2 connections for the gRPC APIs (workers share them round-robin).
-pub async fn channels(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Channel>> {
+pub async fn channels(api: Api, addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Link>> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))?
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .with_context(|| format!("connecting to {addr}"))?;
-        out.push(ch);
+        out.push(match api {
+            Api::Envoy => Link::H2(h2grpc::Conn::connect(addr).await?),
+            _ => Link::Tonic(
+                Endpoint::from_shared(format!("http://{addr}"))?
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await
+                    .with_context(|| format!("connecting to {addr}"))?,
+            ),
+        });
     }
     Ok(out)
 }
 
+/// The Envoy RLS method.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
 impl Client {
-    /// A client for one worker; `channel` is used by the gRPC APIs.
-    pub fn new(shape: &Shape, channel: Option<Channel>) -> anyhow::Result<Client> {
-        Ok(match (shape.api, channel) {
-            (Api::Grpc, Some(ch)) => Client::Grpc(LimiterClient::new(ch)),
-            (Api::Envoy, Some(ch)) => Client::Envoy(RateLimitServiceClient::new(ch)),
+    /// A client for one worker; `link` is used by the gRPC APIs.
+    pub fn new(shape: &Shape, link: Option<Link>) -> anyhow::Result<Client> {
+        Ok(match (shape.api, link) {
+            (Api::Grpc, Some(Link::Tonic(ch))) => Client::Grpc(LimiterClient::new(ch)),
+            (Api::Envoy, Some(Link::H2(c))) => Client::Envoy(c),
             (Api::Http, _) => Client::Http(Box::new(Http1::new(shape.addr))),
-            (_, None) => bail!("a gRPC client needs a channel"),
+            (api, _) => bail!("no connection of the right kind for {}", api.name()),
         })
     }
 
@@ -128,17 +144,17 @@ impl Client {
                     key: k.clone(),
                     value: v.clone(),
                 }));
-                let r = c
-                    .should_rate_limit(rls::RateLimitRequest {
-                        domain: shape.domain.clone(),
-                        descriptors: vec![RateLimitDescriptor {
-                            entries,
-                            ..Default::default()
-                        }],
-                        hits_addend: shape.cost,
-                    })
-                    .await?
-                    .into_inner();
+                let req = rls::RateLimitRequest {
+                    domain: shape.domain.clone(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries,
+                        ..Default::default()
+                    }],
+                    hits_addend: shape.cost,
+                };
+                let bytes = c.unary(SHOULD_RATE_LIMIT, &req).await?;
+                let r = <rls::RateLimitResponse as prost::Message>::decode(bytes)
+                    .context("decoding RateLimitResponse")?;
                 match rls::rate_limit_response::Code::try_from(r.overall_code) {
                     Ok(rls::rate_limit_response::Code::Ok) => Ok(Verdict::Allowed),
                     Ok(rls::rate_limit_response::Code::OverLimit) => Ok(Verdict::Denied),

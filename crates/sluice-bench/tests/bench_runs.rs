@@ -160,3 +160,35 @@ fn open_loop_sends_what_is_due_and_spreads_keys() {
         "50 keys × 100 an hour leave room for nearly all: {v}"
     );
 }
+
+#[test]
+fn a_grpc_error_from_the_server_is_reported_with_its_status() {
+    let r = start();
+    // An empty domain is INVALID_ARGUMENT: no request answered, and the error says why.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-bench"))
+        .args([
+            "--api",
+            "envoy",
+            "--addr",
+            &r.grpc.to_string(),
+            "--domain",
+            "",
+        ])
+        .args([
+            "--requests",
+            "5",
+            "--concurrency",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--quiet",
+        ])
+        .output()
+        .expect("run sluice-bench");
+    assert!(!out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(n(&v, "errors"), 5, "{v}");
+    assert_eq!(n(&v, "allowed") + n(&v, "denied"), 0, "{v}");
+    assert_eq!(v["first_error"], "grpc-status 3: domain is required", "{v}");
+}
