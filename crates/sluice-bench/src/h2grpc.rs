@@ -11,16 +11,21 @@ use anyhow::{Context as _, bail};
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
 use std::net::SocketAddr;
 
-/// One HTTP/2 connection; clones share it (each call is its own stream).
+/// One HTTP/2 connection to one method; clones share it (each call is its own stream).
 #[derive(Clone)]
 pub struct Conn {
     send: h2::client::SendRequest<Bytes>,
-    authority: String,
+    /// The method's URI, built once: cloning it per call copies no bytes.
+    uri: http::Uri,
 }
 
 impl Conn {
-    /// Connects to `addr` (plain-text HTTP/2, as gRPC without TLS).
-    pub async fn connect(addr: SocketAddr) -> anyhow::Result<Conn> {
+    /// Connects to `addr` (plain-text HTTP/2, as gRPC without TLS) for the method at `path`
+    /// (`/package.Service/Method`).
+    pub async fn connect(addr: SocketAddr, path: &str) -> anyhow::Result<Conn> {
+        let uri: http::Uri = format!("http://{addr}{path}")
+            .parse()
+            .with_context(|| format!("method path {path}"))?;
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
             .with_context(|| format!("connecting to {addr}"))?;
@@ -32,22 +37,18 @@ impl Conn {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        Ok(Conn {
-            send,
-            authority: addr.to_string(),
-        })
+        Ok(Conn { send, uri })
     }
 
-    /// Sends `msg` to the method at `path` (`/package.Service/Method`) and returns the
-    /// response message, encoded.
-    pub async fn unary(&mut self, path: &str, msg: &impl prost::Message) -> anyhow::Result<Bytes> {
+    /// Sends `msg` to the connection's method and returns the response message, encoded.
+    pub async fn unary(&mut self, msg: &impl prost::Message) -> anyhow::Result<Bytes> {
         let mut body = BytesMut::with_capacity(5 + msg.encoded_len());
         body.put_u8(0);
         body.put_u32(u32::try_from(msg.encoded_len()).context("request too large")?);
         msg.encode(&mut body)?;
         let req = http::Request::builder()
             .method(http::Method::POST)
-            .uri(format!("http://{}{path}", self.authority))
+            .uri(self.uri.clone())
             .header(http::header::CONTENT_TYPE, "application/grpc")
             .header(http::header::TE, "trailers")
             .body(())?;

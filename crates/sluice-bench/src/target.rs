@@ -86,7 +86,7 @@ pub async fn channels(api: Api, addr: SocketAddr, n: usize) -> anyhow::Result<Ve
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(match api {
-            Api::Envoy => Link::H2(h2grpc::Conn::connect(addr).await?),
+            Api::Envoy => Link::H2(h2grpc::Conn::connect(addr, SHOULD_RATE_LIMIT).await?),
             _ => Link::Tonic(
                 Endpoint::from_shared(format!("http://{addr}"))?
                     .tcp_nodelay(true)
@@ -152,7 +152,7 @@ impl Client {
                     }],
                     hits_addend: shape.cost,
                 };
-                let bytes = c.unary(SHOULD_RATE_LIMIT, &req).await?;
+                let bytes = c.unary(&req).await?;
                 let r = <rls::RateLimitResponse as prost::Message>::decode(bytes)
                     .context("decoding RateLimitResponse")?;
                 match rls::rate_limit_response::Code::try_from(r.overall_code) {
