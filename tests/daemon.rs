@@ -316,3 +316,169 @@ fn shadow_rules_record_would_be_refusals_and_never_refuse() {
         "{m}"
     );
 }
+
+/// A raw HTTP/2 call to the gRPC port: `(HTTP status, grpc-status, grpc-message, body)`,
+/// the request body sent as the given DATA frames.
+async fn raw_call(
+    send: &mut h2::client::SendRequest<bytes::Bytes>,
+    grpc: SocketAddr,
+    path: &str,
+    content_type: &str,
+    frames: Vec<Vec<u8>>,
+) -> (u16, Option<String>, Option<String>, Vec<u8>) {
+    let req = http::Request::post(format!("http://{grpc}{path}"))
+        .header("content-type", content_type)
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let mut ready = send.clone().ready().await.expect("connection ready");
+    let (resp, mut stream) = ready.send_request(req, false).expect("send");
+    let n = frames.len();
+    for (i, f) in frames.into_iter().enumerate() {
+        stream.send_data(f.into(), i + 1 == n).expect("send data");
+        // Separate frames on the wire, not one buffered write.
+        tokio::task::yield_now().await;
+    }
+    let resp = resp.await.expect("response");
+    let status = resp.status().as_u16();
+    let text = |h: &http::HeaderMap, k: &str| {
+        h.get(k)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    };
+    let mut grpc_status = text(resp.headers(), "grpc-status");
+    let mut message = text(resp.headers(), "grpc-message");
+    let mut body = resp.into_body();
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("data");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    if let Some(t) = body.trailers().await.expect("trailers") {
+        grpc_status = text(&t, "grpc-status");
+        message = text(&t, "grpc-message");
+    }
+    (status, grpc_status, message, data)
+}
+
+fn framed(flag: u8, msg: &[u8]) -> Vec<u8> {
+    let mut b = vec![flag];
+    b.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    b.extend_from_slice(msg);
+    b
+}
+
+/// The gRPC port is Sluice's own lean HTTP/2 server: what gRPC clients rely on at the wire
+/// (a message split over frames, trailers-only errors with their codes, HTTP errors for
+/// non-gRPC requests), and a connection left open does not hold up SIGTERM.
+#[test]
+fn the_grpc_port_keeps_the_grpc_wire_rules() {
+    use prost::Message as _;
+    use sluice_proto::sluice::v1::{CheckRequest, CheckResponse};
+    let mut r = start(RULES);
+    let grpc = r.grpc;
+    // Multi-threaded, so the client's connection task keeps answering (the server's GOAWAY
+    // and PING) after `block_on` returns, as a live client would.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let idle = rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(grpc).await.expect("connect");
+        let (mut send, conn) = h2::client::handshake(tcp).await.expect("handshake");
+        let driver = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let check = CheckRequest {
+            domain: "public-api".into(),
+            descriptors: [("api_key".to_string(), "wire".to_string())].into(),
+            cost: None,
+        }
+        .encode_to_vec();
+        let path = "/sluice.v1.Limiter/Check";
+        // One message over three DATA frames, cut inside the prefix and inside the message.
+        let whole = framed(0, &check);
+        let frames = vec![
+            whole[..3].to_vec(),
+            whole[3..9].to_vec(),
+            whole[9..].to_vec(),
+        ];
+        let (status, code, _, body) =
+            raw_call(&mut send, grpc, path, "application/grpc", frames).await;
+        assert_eq!((status, code.as_deref()), (200, Some("0")));
+        let resp = CheckResponse::decode(&body[5..]).expect("a CheckResponse");
+        assert!(resp.allowed);
+        assert_eq!(resp.decided_by, "");
+        // `application/grpc+proto` is gRPC too.
+        let (_, code, _, _) = raw_call(
+            &mut send,
+            grpc,
+            path,
+            "application/grpc+proto",
+            vec![framed(0, &check)],
+        )
+        .await;
+        assert_eq!(code.as_deref(), Some("0"));
+        // Errors: trailers-only, with the code and a percent-encoded message.
+        let cases: [(&str, &str, Vec<Vec<u8>>, &str); 5] = [
+            (
+                "/sluice.v1.Limiter/Nope",
+                "application/grpc",
+                vec![framed(0, &check)],
+                "12",
+            ),
+            (path, "application/grpc", vec![framed(1, &check)], "12"),
+            (
+                path,
+                "application/grpc",
+                vec![framed(0, b"\xff\xff\xff")],
+                "13",
+            ),
+            (path, "application/grpc", vec![check.clone()], "13"),
+            (
+                path,
+                "application/grpc",
+                vec![framed(0, &CheckRequest::default().encode_to_vec())],
+                "3",
+            ),
+        ];
+        for (p, ct, frames, want) in cases {
+            let (status, code, message, body) = raw_call(&mut send, grpc, p, ct, frames).await;
+            assert_eq!(
+                (status, code.as_deref()),
+                (200, Some(want)),
+                "{p}: {message:?}"
+            );
+            assert!(
+                message.is_some_and(|m| !m.is_empty()),
+                "{p}: a message says why"
+            );
+            assert!(body.is_empty());
+        }
+        // Not gRPC at all: an HTTP error, as gRPC servers answer.
+        let (status, code, _, _) = raw_call(
+            &mut send,
+            grpc,
+            path,
+            "application/json",
+            vec![b"{}".to_vec()],
+        )
+        .await;
+        assert_eq!((status, code), (415, None));
+        // The connection stays open, idle, while the daemon is told to stop: it is closed
+        // (GOAWAY) without waiting for the drain timeout.
+        (send, driver)
+    });
+    let status = r
+        .daemon
+        .terminate(Duration::from_secs(10))
+        .expect("exits on SIGTERM with a connection open");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        !r.daemon.logs().contains("drain timed out"),
+        "{}",
+        r.daemon.logs()
+    );
+    drop(idle);
+}

@@ -9,6 +9,7 @@
 //! - [`config`]: the config file and its defaults.
 //! - [`engine`]: the hot path around the core.
 //! - [`http`]: HTTP JSON API, health, metrics.
+//! - [`unary`]: the gRPC port, a lean unary gRPC server on HTTP/2.
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
@@ -25,6 +26,7 @@ pub mod http;
 pub mod journal;
 pub mod metrics;
 pub mod regions;
+pub mod unary;
 
 use anyhow::Context as _;
 use config::{Config, StoreConfig};
@@ -176,23 +178,13 @@ pub async fn run(
         })
     };
     let grpc = {
-        let mut stop = stop_rx.clone();
-        let svc =
-            sluice_proto::sluice::v1::limiter_server::LimiterServer::new(grpc::LimiterService {
+        let services = Arc::new(unary::Services {
+            limiter: grpc::LimiterService {
                 engine: engine.clone(),
-            });
-        let envoy_svc = envoy::RateLimitService::new(engine.clone(), cfg.envoy.clone()).server();
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(svc)
-                .add_service(envoy_svc)
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = stop.changed().await;
-                })
-                .await
-        })
+            },
+            envoy: envoy::RateLimitService::new(engine.clone(), cfg.envoy.clone()),
+        });
+        tokio::spawn(unary::serve(listeners.grpc, services, stop_rx.clone()))
     };
     let admin = listeners
         .admin
@@ -208,7 +200,7 @@ pub async fn run(
     match tokio::time::timeout(drain, async { (http.await, grpc.await) }).await {
         Ok((h, g)) => {
             h.context("http task")?.context("http server")?;
-            g.context("grpc task")?.context("grpc server")?;
+            g.context("grpc task")?;
         }
         Err(_) => tracing::warn!(
             timeout_ms = cfg.drain_timeout_ms,
