@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tonic::Status;
+use tonic::{Code, Status};
 
 /// Largest request message accepted, as tonic's default: a gateway's request is a few
 /// hundred bytes, and a bigger one is refused before it is buffered whole.
@@ -277,8 +277,16 @@ fn frame(buf: &mut Bytes) -> Result<(), Status> {
     match buf[0] {
         0 => {}
         1 => {
-            return Err(Status::unimplemented(
+            // The gRPC spec: UNIMPLEMENTED, and the encodings the server accepts.
+            let mut accept = tonic::metadata::MetadataMap::with_capacity(1);
+            accept.insert(
+                "grpc-accept-encoding",
+                tonic::metadata::MetadataValue::from_static("identity"),
+            );
+            return Err(Status::with_metadata(
+                Code::Unimplemented,
                 "compressed messages are not supported: send them uncompressed",
+                accept,
             ));
         }
         f => {
@@ -314,6 +322,7 @@ fn http_status(s: StatusCode) -> http::Response<()> {
 fn fail(respond: &mut h2::server::SendResponse<Bytes>, status: &Status) {
     let mut r = http::Response::new(());
     let h = r.headers_mut();
+    h.extend(status.metadata().clone().into_headers());
     h.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
@@ -341,7 +350,6 @@ fn percent_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tonic::Code;
 
     fn framed(flag: u8, msg: &[u8]) -> Bytes {
         let mut b = BytesMut::new();
@@ -369,9 +377,14 @@ mod tests {
             Code::Internal
         );
         let mut zipped = framed(1, b"x");
+        let zipped = frame(&mut zipped).expect_err("refused");
+        assert_eq!(zipped.code(), Code::Unimplemented);
         assert_eq!(
-            frame(&mut zipped).expect_err("refused").code(),
-            Code::Unimplemented
+            zipped
+                .metadata()
+                .get("grpc-accept-encoding")
+                .map(|v| v.to_str().ok()),
+            Some(Some("identity"))
         );
         let mut unframed = framed(10, b"x");
         assert_eq!(
