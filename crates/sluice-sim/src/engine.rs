@@ -535,7 +535,13 @@ impl<'a> Sim<'a> {
             .traffic
             .iter()
             .enumerate()
-            .map(|(i, t)| Generator::new(t.clone(), Rng::stream(seed, STREAM_TRAFFIC + i as u64)))
+            .map(|(i, t)| {
+                Generator::new(
+                    t.clone(),
+                    Rng::stream(seed, STREAM_TRAFFIC + i as u64),
+                    sc.daemons,
+                )
+            })
             .collect();
         let link_rng = (0..n * n)
             .map(|i| Rng::stream(seed, STREAM_LINK + i as u64))
@@ -584,7 +590,7 @@ impl<'a> Sim<'a> {
             sim.start_daemons(r);
         }
         for g in 0..sim.gens.len() {
-            if let Some(t) = sim.gens[g].next_arrival() {
+            if let Some(t) = sim.gens[g].next_at() {
                 sim.push(t, Ev::Arrival(g));
             }
         }
@@ -781,11 +787,9 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let domain = self.domain;
         let tg = &mut self.gens[g];
-        match tg.pick_region(t, &self.up) {
+        match tg.arrive(&self.up) {
             None => self.metrics.no_region += 1,
-            Some(r) => {
-                let d = tg.pick_daemon(sc.daemons);
-                let k = tg.pick_key();
+            Some((r, d, k)) => {
                 let cost = tg.cfg.cost;
                 let region = &mut self.regions[r];
                 let remote = &region.daemons[view(sc, d)].remote;
@@ -817,7 +821,7 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        if let Some(next) = self.gens[g].next_arrival()
+        if let Some(next) = self.gens[g].next_at()
             && next < sc.duration
         {
             self.push(next, Ev::Arrival(g));

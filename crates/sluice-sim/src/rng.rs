@@ -55,7 +55,7 @@ impl Rng {
 
     /// Uniform in `0..n` (`n > 0`), by multiply-shift (bias below 2^-32 for n < 2^32).
     pub fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+        below_of(self.next_u64(), n)
     }
 
     /// Exponential with mean 1.
@@ -74,6 +74,12 @@ impl Rng {
     pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.unit() < p
     }
+}
+
+/// [`Rng::below`] from bits already drawn: a draw made ahead, before `n` was known, gives
+/// the same value as drawing then.
+pub fn below_of(bits: u64, n: usize) -> usize {
+    ((u128::from(bits) * n as u128) >> 64) as usize
 }
 
 /// Zipf popularity over `n` keys with exponent `s`: key `i` (0-based) has weight

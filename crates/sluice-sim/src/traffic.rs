@@ -5,13 +5,18 @@
 //! end), so arrivals are drawn exactly: a Poisson process consumes an exponential amount of
 //! "rate × time" per arrival, a constant one consumes exactly 1, carried across the pieces.
 
-use crate::rng::{Rng, Zipf};
+use crate::rng::{Rng, Zipf, below_of};
 use crate::scenario::{Arrivals, Keys, Traffic};
 use sluice_core::Micros;
 use sluice_core::matching::Descriptors;
 use smallvec::SmallVec;
+use std::collections::VecDeque;
 
 const US: f64 = 1_000_000.0;
+
+/// Arrivals drawn ahead at a time. Drawn together, their Zipf lookups and per-key reads
+/// (cache misses over large key sets) overlap instead of stalling one request each.
+const AHEAD: usize = 32;
 
 /// One traffic generator's running state.
 pub struct Generator {
@@ -24,6 +29,28 @@ pub struct Generator {
     rr: usize,
     /// What is kept per key, indexed by key.
     keys: Vec<KeyState>,
+    /// Daemons per region, for the daemon draw made ahead.
+    daemons: usize,
+    /// Arrivals drawn ahead, oldest first, with their requests' draws.
+    ahead: VecDeque<Ahead>,
+    /// The stream ran out after the last arrival in `ahead`.
+    ended: bool,
+}
+
+/// An arrival drawn ahead, with the draws its request makes, in the stream's order: the
+/// arrival's time, then its region, daemon and key, then the next arrival's time.
+#[derive(Clone, Debug)]
+struct Ahead {
+    at: Micros,
+    /// The stream and position right after `at` was drawn: a request that finds every
+    /// region down makes no draw, so the generator goes back there and draws again.
+    rng: Rng,
+    pos: f64,
+    /// The bits of the region draw (Poisson arrivals), scaled once the count of regions up
+    /// is known.
+    region: u64,
+    daemon: u32,
+    key: u32,
 }
 
 /// What a run keeps per key of a traffic, side by side: a request reads both, and over
@@ -38,8 +65,8 @@ struct KeyState {
 }
 
 impl Generator {
-    /// A generator with its own random stream.
-    pub fn new(cfg: Traffic, rng: Rng) -> Generator {
+    /// A generator with its own random stream, for regions of `daemons` daemons.
+    pub fn new(cfg: Traffic, rng: Rng, daemons: usize) -> Generator {
         let zipf = match &cfg.keys {
             Keys::Zipf(n, s, _) => Some(Zipf::new(*n, *s)),
             _ => None,
@@ -51,7 +78,81 @@ impl Generator {
             zipf,
             rr: 0,
             keys: Vec::new(),
+            daemons,
+            ahead: VecDeque::with_capacity(AHEAD),
+            ended: false,
         }
+    }
+
+    /// The time of the next arrival, or `None` when the generator is done.
+    pub fn next_at(&mut self) -> Option<Micros> {
+        if self.ahead.is_empty() && !self.ended {
+            self.fill();
+        }
+        self.ahead.front().map(|a| a.at)
+    }
+
+    /// Takes the arrival [`Generator::next_at`] gave, given the regions up at its time:
+    /// `(region, daemon, key)`, or `None` when every region is down. The same draws, in the
+    /// same order, as [`Generator::next_arrival`], [`Generator::pick_region`],
+    /// [`Generator::pick_daemon`] and [`Generator::pick_key`] one request at a time.
+    pub fn arrive(&mut self, up: &[bool]) -> Option<(usize, usize, usize)> {
+        let a = self.ahead.pop_front()?;
+        let drawn = a.region;
+        match self.region_among(a.at, up, |_, n| below_of(drawn, n)) {
+            Some(r) => Some((r, a.daemon as usize, a.key as usize)),
+            None => {
+                // This request draws nothing: undo its draws and everything drawn after.
+                self.rng = a.rng;
+                self.pos = a.pos;
+                self.ahead.clear();
+                self.ended = false;
+                None
+            }
+        }
+    }
+
+    /// Draws the next [`AHEAD`] arrivals and their requests' draws, assuming some region is
+    /// up (undone by [`Generator::arrive`] otherwise), then reads their keys' state.
+    fn fill(&mut self) {
+        for _ in 0..AHEAD {
+            let Some(at) = self.next_arrival() else {
+                self.ended = true;
+                break;
+            };
+            let (rng, pos) = (self.rng.clone(), self.pos);
+            let region = match self.cfg.arrivals {
+                Arrivals::Poisson => self.rng.next_u64(),
+                Arrivals::Constant => 0,
+            };
+            let daemon = self.pick_daemon(self.daemons) as u32;
+            let key = self.pick_key() as u32;
+            self.ahead.push_back(Ahead {
+                at,
+                rng,
+                pos,
+                region,
+                daemon,
+                key,
+            });
+        }
+        // Touch what the requests will read, all at once, so the misses overlap.
+        if let Some(max) = self.ahead.iter().map(|a| a.key).max() {
+            self.grow(max as usize);
+        }
+        let mut sum = 0usize;
+        for a in &self.ahead {
+            let k = &self.keys[a.key as usize];
+            sum = sum.wrapping_add(k.truth.len());
+            if let Some(d) = &k.descriptors {
+                for (n, v) in d.iter() {
+                    sum = sum
+                        .wrapping_add(usize::from(n.as_bytes().first().copied().unwrap_or(0)))
+                        .wrapping_add(usize::from(v.as_bytes().first().copied().unwrap_or(0)));
+                }
+            }
+        }
+        std::hint::black_box(sum);
     }
 
     /// Requests per second at `t` (steps, spike, start and end applied).
@@ -140,6 +241,17 @@ impl Generator {
     /// or when all of them are down, any region that is up (its traffic moves to the
     /// survivors). `None` when every region is down.
     pub fn pick_region(&mut self, t: Micros, up: &[bool]) -> Option<usize> {
+        self.region_among(t, up, |rng, n| rng.below(n))
+    }
+
+    /// [`Generator::pick_region`], a Poisson arrival's choice among `n` regions up made by
+    /// `draw` (only called when some region is up).
+    fn region_among(
+        &mut self,
+        t: Micros,
+        up: &[bool],
+        draw: impl FnOnce(&mut Rng, usize) -> usize,
+    ) -> Option<usize> {
         // Counted, then indexed, rather than collected: one arrival allocates nothing.
         let own = self.regions_at(t).iter().filter(|r| up[**r]).count();
         let n = if own > 0 {
@@ -151,7 +263,7 @@ impl Generator {
             return None;
         }
         let i = match self.cfg.arrivals {
-            Arrivals::Poisson => self.rng.below(n),
+            Arrivals::Poisson => draw(&mut self.rng, n),
             Arrivals::Constant => {
                 self.rr = self.rr.wrapping_add(1);
                 self.rr % n
@@ -242,9 +354,9 @@ mod tests {
 
     #[test]
     fn constant_and_poisson_rates() {
-        let mut g = Generator::new(cfg(10.0, Arrivals::Constant), Rng::stream(1, 1));
+        let mut g = Generator::new(cfg(10.0, Arrivals::Constant), Rng::stream(1, 1), 1);
         assert_eq!(count(&mut g, 0, 100 * SECOND), 999);
-        let mut g = Generator::new(cfg(10.0, Arrivals::Poisson), Rng::stream(1, 1));
+        let mut g = Generator::new(cfg(10.0, Arrivals::Poisson), Rng::stream(1, 1), 1);
         let n = count(&mut g, 0, 100 * SECOND) as f64;
         assert!((n - 1000.0).abs() < 100.0, "{n}");
     }
@@ -258,7 +370,7 @@ mod tests {
             period: 50 * SECOND,
         });
         c.steps = vec![(60 * SECOND, 0.0)];
-        let mut g = Generator::new(c, Rng::stream(1, 1));
+        let mut g = Generator::new(c, Rng::stream(1, 1), 1);
         let mut spike = 0;
         let mut calm = 0;
         while let Some(t) = g.next_arrival() {
@@ -278,10 +390,36 @@ mod tests {
     fn traffic_moves_and_fails_over() {
         let mut c = cfg(1.0, Arrivals::Constant);
         c.moves = vec![(10 * SECOND, vec![1])];
-        let mut g = Generator::new(c, Rng::stream(1, 1));
+        let mut g = Generator::new(c, Rng::stream(1, 1), 1);
         assert_eq!(g.pick_region(20 * SECOND, &[true, true]), Some(1));
         // Its region is down: it moves to a survivor.
         assert_eq!(g.pick_region(20 * SECOND, &[true, false]), Some(0));
         assert_eq!(g.pick_region(20 * SECOND, &[false, false]), None);
+    }
+
+    #[test]
+    fn drawing_ahead_gives_the_same_draws() {
+        let mut c = cfg(1000.0, Arrivals::Poisson);
+        c.keys = Keys::Zipf(500, 1.1, "k".into());
+        let mut ahead = Generator::new(c.clone(), Rng::stream(3, 1), 4);
+        let mut one = Generator::new(c, Rng::stream(3, 1), 4);
+        let mut n = 0;
+        while let Some(t) = ahead.next_at() {
+            // Every region down now and then: that request draws nothing.
+            let up = match n % 7 {
+                0 => [false, false],
+                3 => [false, true],
+                _ => [true, true],
+            };
+            let want = one.next_arrival().map(|t| {
+                let r = one.pick_region(t, &up);
+                let rest = r.map(|r| (r, one.pick_daemon(4), one.pick_key()));
+                (t, rest)
+            });
+            assert_eq!(Some((t, ahead.arrive(&up))), want, "arrival {n}");
+            n += 1;
+        }
+        assert_eq!(one.next_arrival(), None);
+        assert!(n > 90_000, "{n}");
     }
 }
