@@ -50,7 +50,7 @@ impl Rng {
 
     /// Uniform in [0, 1), 53 bits.
     pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        unit_of(self.next_u64())
     }
 
     /// Uniform in `0..n` (`n > 0`), by multiply-shift (bias below 2^-32 for n < 2^32).
@@ -80,6 +80,11 @@ impl Rng {
 /// the same value as drawing then.
 pub fn below_of(bits: u64, n: usize) -> usize {
     ((u128::from(bits) * n as u128) >> 64) as usize
+}
+
+/// [`Rng::unit`] from bits already drawn.
+pub fn unit_of(bits: u64) -> f64 {
+    (bits >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// Zipf popularity over `n` keys with exponent `s`: key `i` (0-based) has weight
@@ -119,9 +124,21 @@ impl Zipf {
 
     /// A key index.
     pub fn sample(&self, rng: &mut Rng) -> usize {
-        let i = rng.below(self.table.len());
+        let pick = rng.next_u64();
+        let coin = rng.next_u64();
+        self.sample_of(pick, coin)
+    }
+
+    /// [`Zipf::sample`] from its two draws, made beforehand: draws made in a batch and
+    /// looked up in a batch overlap their cache misses in the table.
+    pub fn sample_of(&self, pick: u64, coin: u64) -> usize {
+        let i = below_of(pick, self.table.len());
         let (prob, alias) = self.table[i];
-        if rng.unit() < prob { i } else { alias as usize }
+        if unit_of(coin) < prob {
+            i
+        } else {
+            alias as usize
+        }
     }
 }
 

@@ -35,6 +35,8 @@ pub struct Generator {
     ahead: VecDeque<Ahead>,
     /// The stream ran out after the last arrival in `ahead`.
     ended: bool,
+    /// Zipf draws of a batch being drawn, looked up after it (kept: no allocation per batch).
+    zipf_coins: Vec<(u64, u64)>,
 }
 
 /// An arrival drawn ahead, with the draws its request makes, in the stream's order: the
@@ -81,6 +83,7 @@ impl Generator {
             daemons,
             ahead: VecDeque::with_capacity(AHEAD),
             ended: false,
+            zipf_coins: Vec::with_capacity(AHEAD),
         }
     }
 
@@ -113,7 +116,9 @@ impl Generator {
     }
 
     /// Draws the next [`AHEAD`] arrivals and their requests' draws, assuming some region is
-    /// up (undone by [`Generator::arrive`] otherwise), then reads their keys' state.
+    /// up (undone by [`Generator::arrive`] otherwise), then reads their keys' state. The
+    /// draws come first, in the stream's order; the Zipf table and key lookups follow in
+    /// loops of independent reads, so their cache misses overlap.
     fn fill(&mut self) {
         for _ in 0..AHEAD {
             let Some(at) = self.next_arrival() else {
@@ -126,7 +131,16 @@ impl Generator {
                 Arrivals::Constant => 0,
             };
             let daemon = self.pick_daemon(self.daemons) as u32;
-            let key = self.pick_key() as u32;
+            let key = match (&self.cfg.keys, &self.zipf) {
+                (_, Some(_)) => {
+                    // The pick now, the coin in `zipf_coins`; looked up below.
+                    let pick = self.rng.next_u64();
+                    self.zipf_coins.push((pick, self.rng.next_u64()));
+                    0
+                }
+                (Keys::Uniform(n, _), _) => self.rng.below(*n) as u32,
+                _ => 0,
+            };
             self.ahead.push_back(Ahead {
                 at,
                 rng,
@@ -136,7 +150,12 @@ impl Generator {
                 key,
             });
         }
-        // Touch what the requests will read, all at once, so the misses overlap.
+        if let Some(z) = &self.zipf {
+            for (a, (pick, coin)) in self.ahead.iter_mut().zip(self.zipf_coins.drain(..)) {
+                a.key = z.sample_of(pick, coin) as u32;
+            }
+        }
+        // Touch what the requests will read, all at once.
         if let Some(max) = self.ahead.iter().map(|a| a.key).max() {
             self.grow(max as usize);
         }
