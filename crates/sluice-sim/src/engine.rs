@@ -115,7 +115,6 @@ struct Exec<'a> {
 }
 
 enum Ev {
-    Arrival(usize),
     Ship {
         region: usize,
         daemon: usize,
@@ -129,6 +128,17 @@ enum Ev {
         msg: Rc<Msg>,
     },
     Scenario(usize),
+}
+
+/// Where the loop's next event comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The event heap.
+    Heap,
+    /// A region's store queue.
+    Exec(usize),
+    /// A traffic generator's next arrival.
+    Arrival(usize),
 }
 
 struct Queued {
@@ -465,6 +475,10 @@ pub struct Sim<'a> {
     up: Vec<bool>,
     gens: Vec<Generator>,
     heap: BinaryHeap<Queued>,
+    /// Per generator: its next arrival and its sequence number. Kept out of the heap (one
+    /// push and pop per request, on a heap of every timer and delivery in flight); the loop
+    /// merges them by `(at, seq)`, which is the order the heap would give.
+    arrivals: Vec<Option<(Micros, u64)>>,
     /// Store calls in flight, per region, in execution order.
     execs: Vec<VecDeque<Exec<'a>>>,
     seq: u64,
@@ -560,6 +574,7 @@ impl<'a> Sim<'a> {
             up: vec![true; n],
             gens,
             heap: BinaryHeap::new(),
+            arrivals: Vec::new(),
             execs: (0..n).map(|_| VecDeque::new()).collect(),
             seq: 0,
             now: 0,
@@ -590,9 +605,11 @@ impl<'a> Sim<'a> {
             sim.start_daemons(r);
         }
         for g in 0..sim.gens.len() {
-            if let Some(t) = sim.gens[g].next_at() {
-                sim.push(t, Ev::Arrival(g));
-            }
+            let next = sim.gens[g].next_at().map(|t| {
+                sim.seq += 1;
+                (t, sim.seq)
+            });
+            sim.arrivals.push(next);
         }
         for i in 0..sc.events.len() {
             sim.push(sc.events[i].0, Ev::Scenario(i));
@@ -712,13 +729,21 @@ impl<'a> Sim<'a> {
     /// The event loop, to the end of the run.
     fn events_loop(&mut self, progress: &mut dyn FnMut(&Progress)) {
         loop {
-            // The earliest of the heap's top and the store FIFOs' fronts, ties by sequence.
-            let mut best = self.heap.peek().map(|q| (q.at, q.seq, usize::MAX));
+            // The earliest of the heap's top, the next arrivals and the store FIFOs' fronts,
+            // ties by sequence.
+            let mut best = self.heap.peek().map(|q| (q.at, q.seq, Source::Heap));
+            for (g, a) in self.arrivals.iter().enumerate() {
+                if let Some((at, seq)) = *a
+                    && best.is_none_or(|(b_at, b_seq, _)| (at, seq) < (b_at, b_seq))
+                {
+                    best = Some((at, seq, Source::Arrival(g)));
+                }
+            }
             for (r, q) in self.execs.iter().enumerate() {
                 if let Some(e) = q.front()
                     && best.is_none_or(|(at, seq, _)| (e.at, e.seq) < (at, seq))
                 {
-                    best = Some((e.at, e.seq, r));
+                    best = Some((e.at, e.seq, Source::Exec(r)));
                 }
             }
             let Some((at, _, from)) = best else {
@@ -733,11 +758,8 @@ impl<'a> Sim<'a> {
             // delivery, or a scenario event that could cut a link or stop a region).
             if !self.shipping.is_empty()
                 && (at >= self.shipping_due
-                    || (from == usize::MAX
-                        && !matches!(
-                            self.heap.peek().map(|q| &q.ev),
-                            Some(Ev::Arrival(_) | Ev::Ship { .. })
-                        )))
+                    || (from == Source::Heap
+                        && !matches!(self.heap.peek().map(|q| &q.ev), Some(Ev::Ship { .. }))))
             {
                 self.send_shipments();
                 continue;
@@ -751,15 +773,22 @@ impl<'a> Sim<'a> {
                     requests: self.metrics.requests,
                 });
             }
-            if from != usize::MAX {
-                if let Some(e) = self.execs[from].pop_front() {
-                    self.exec(e.p);
+            match from {
+                Source::Exec(r) => {
+                    if let Some(e) = self.execs[r].pop_front() {
+                        self.exec(e.p);
+                    }
+                    continue;
                 }
-                continue;
+                Source::Arrival(g) => {
+                    self.arrivals[g] = None;
+                    self.arrival(g);
+                    continue;
+                }
+                Source::Heap => {}
             }
             let Some(q) = self.heap.pop() else { break };
             match q.ev {
-                Ev::Arrival(g) => self.arrival(g),
                 Ev::Ship {
                     region,
                     daemon,
@@ -824,7 +853,8 @@ impl<'a> Sim<'a> {
         if let Some(next) = self.gens[g].next_at()
             && next < sc.duration
         {
-            self.push(next, Ev::Arrival(g));
+            self.seq += 1;
+            self.arrivals[g] = Some((next, self.seq));
         }
     }
 
