@@ -74,9 +74,9 @@ pub struct Engine {
     /// Exported counters.
     pub metrics: Arc<Metrics>,
     /// Local bucket size, per mille of the rule's numbers.
-    pub local_permille: u64,
+    pub(crate) local_permille: u64,
     /// Deadline of one store call.
-    pub store_timeout: Duration,
+    pub(crate) store_timeout: Duration,
     /// Remote counts for global rules, when regions are configured.
     pub remote: Option<Arc<dyn RemoteSource>>,
     /// Receives each decision's global figures, when regions are configured.

@@ -134,11 +134,6 @@ impl RateLimitService {
         RateLimitService { engine, config }
     }
 
-    /// The tonic server to add to the gRPC router.
-    pub fn server(self) -> rls::rate_limit_service_server::RateLimitServiceServer<Self> {
-        rls::rate_limit_service_server::RateLimitServiceServer::new(self)
-    }
-
     /// Decides an Envoy request; `Err` only for bad input.
     pub async fn decide(&self, req: rls::RateLimitRequest) -> Result<Outcome, EnvoyError> {
         if req.domain.is_empty() {
