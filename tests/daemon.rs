@@ -482,3 +482,77 @@ fn the_grpc_port_keeps_the_grpc_wire_rules() {
     );
     drop(idle);
 }
+
+/// A gateway's burst: 1,000 calls at once on one connection, each ending with an empty DATA
+/// frame after its message (as grpc-go sends a unary request). Every message frame waits in
+/// the server's h2 until its call reads it, and h2 tears down a connection whose unread small
+/// frames exceed its budget: the daemon's window must leave room for all of them.
+#[test]
+fn a_burst_of_calls_ending_in_empty_frames_keeps_its_connection() {
+    use prost::Message as _;
+    use sluice_proto::sluice::v1::CheckRequest;
+    let r = start(RULES);
+    let grpc = r.grpc;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(grpc).await.expect("connect");
+        // The client's own budget is large: the test is about the server's.
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(1 << 20)
+            .initial_connection_window_size(16 << 20)
+            .handshake::<_, bytes::Bytes>(tcp)
+            .await
+            .expect("handshake");
+        let driver = tokio::spawn(conn);
+        let mut pending = Vec::new();
+        for i in 0..1000 {
+            let msg = CheckRequest {
+                domain: "public-api".into(),
+                descriptors: [("api_key".to_string(), format!("burst{i}"))].into(),
+                cost: None,
+            }
+            .encode_to_vec();
+            let req = http::Request::post(format!("http://{grpc}/sluice.v1.Limiter/Check"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .expect("request");
+            let mut ready = send.clone().ready().await.expect("connection ready");
+            let (resp, mut stream) = ready.send_request(req, false).expect("send");
+            stream
+                .send_data(framed(0, &msg).into(), false)
+                .expect("message");
+            stream
+                .send_data(bytes::Bytes::new(), true)
+                .expect("end of stream");
+            pending.push((resp, stream));
+        }
+        let mut answered = 0;
+        for (resp, _stream) in pending {
+            let resp = resp
+                .await
+                .expect("every call answered: the connection stays up");
+            assert_eq!(resp.status(), 200);
+            let mut body = resp.into_body();
+            let mut data = 0;
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.expect("data");
+                let _ = body.flow_control().release_capacity(chunk.len());
+                data += chunk.len();
+            }
+            let trailers = body.trailers().await.expect("trailers").expect("trailers");
+            assert_eq!(
+                trailers.get("grpc-status").map(|v| v.as_bytes()),
+                Some(&b"0"[..])
+            );
+            assert!(data > 5, "a CheckResponse");
+            answered += 1;
+        }
+        assert_eq!(answered, 1000);
+        drop(send);
+        let _ = driver.await;
+    });
+}

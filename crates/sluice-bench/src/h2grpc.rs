@@ -30,7 +30,16 @@ impl Conn {
             .await
             .with_context(|| format!("connecting to {addr}"))?;
         tcp.set_nodelay(true)?;
-        let (send, conn) = h2::client::handshake(tcp)
+        // Windows of 1 MiB, as the servers set theirs. h2 also closes a connection whose
+        // peer sent more small DATA frames than the application has read, within a budget
+        // of half the connection window: with the 64 KiB default that was about 160
+        // answers, and at 1,024 calls in flight over 4 connections the generator's own h2
+        // tore its connections down (ENHANCE_YOUR_CALM, "too_many_data_frames") whenever its
+        // tasks fell behind. Every gRPC answer is one small DATA frame before its trailers.
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(1 << 20)
+            .initial_connection_window_size(1 << 20)
+            .handshake(tcp)
             .await
             .with_context(|| format!("HTTP/2 handshake with {addr}"))?;
         // The connection's I/O runs on its own task until the last `SendRequest` is dropped.

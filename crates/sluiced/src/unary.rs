@@ -35,7 +35,17 @@ use tonic::{Code, Status};
 pub const MAX_MESSAGE: usize = 4 << 20;
 
 /// Streams one connection may have open at once; a caller past it waits (HTTP/2 flow).
+///
+/// h2 closes a connection (GOAWAY, ENHANCE_YOUR_CALM) whose peer sent more small DATA frames
+/// that are not the stream's last than the calls have read yet, within a budget of half the
+/// connection window ([`CONN_WINDOW`]). Clients that end a request with an empty DATA frame
+/// (grpc-go does) send one such frame per call: at most `MAX_STREAMS` × 256 bytes of
+/// overhead, which the budget must hold with room to spare, or a gateway's burst of calls
+/// would get its connection torn down by the limiter.
 const MAX_STREAMS: u32 = 1024;
+/// Connection-level receive window: its half is h2's budget for small DATA frames.
+const CONN_WINDOW: u32 = 1 << 20;
+const _: () = assert!(MAX_STREAMS as u64 * 256 * 2 <= CONN_WINDOW as u64 / 2);
 
 /// The services behind the port.
 pub struct Services {
@@ -100,7 +110,7 @@ async fn connection(tcp: TcpStream, services: Arc<Services>, mut stop: watch::Re
     let _ = tcp.set_nodelay(true);
     let handshake = h2::server::Builder::new()
         .initial_window_size(1 << 20)
-        .initial_connection_window_size(1 << 20)
+        .initial_connection_window_size(CONN_WINDOW)
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(16 << 10)
         .handshake::<_, Bytes>(tcp);
