@@ -95,10 +95,12 @@ print(v)' "$1" "$2"
 }
 
 # saturation LABEL ARGS...: closed-loop runs at growing concurrency; prints the best report.
+# The steps span both servers' peaks: on Redis, Limitador peaks at 16-32 clients and Sluice
+# at 512-1,024 (docs/benchmark.md, runs MM and NN); a narrower range shortchanges one.
 saturation() {
   local label="$1"; shift
   local best="" best_rate=0 c r rate
-  for c in ${CONCURRENCY_STEPS:-16 64 256}; do
+  for c in ${CONCURRENCY_STEPS:-8 16 32 64 128 256 512 1024}; do
     r="$(bench "$@" --concurrency "$c" --duration "${SAT_SECONDS:-10}" --warmup "${WARMUP:-2}")"
     rate="$(field "$r" decisions_per_s)"
     echo "  $label closed loop, concurrency $c: $rate decisions/s ($(field "$r" decisions_per_cpu_s 2>/dev/null || echo -) per server CPU-s), errors $(field "$r" errors), load $(cut -d' ' -f1 /proc/loadavg)" >&2

@@ -15,7 +15,7 @@
 #   bench/compare-limitador.sh /path/to/limitador-server [memory redis]
 #
 # Env: LIMITADOR (instead of the first argument), SLUICED, BENCH, SERVER_CPU / LOAD_CPU
-# (default 0 / 1), REDIS_CPU (default LOAD_CPU; 0 = beside the server), SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("16 64 256"),
+# (default 0 / 1), REDIS_CPU (default LOAD_CPU; 0 = beside the server), SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("8 16 32 64 128 256 512 1024"),
 # KEYS (10000 users), RATE (fixed offered rate instead of half the slower saturation),
 # OPEN_MAX (4000: the open loop's rate is at most this; sluice-bench's open loop costs its
 # core ~60 µs a request in context switches on a fast machine and ~2.5× that on a slow one,

@@ -7,7 +7,7 @@
 #   bench/run-sluice.sh [envoy grpc http]
 #
 # Env: SLUICED, BENCH (binaries), SERVER_CPU / LOAD_CPU (pinning, default 0 / 1),
-# SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("16 64 256"), KEYS (10000).
+# SAT_SECONDS (10), LAT_SECONDS (20), CONCURRENCY_STEPS ("8 16 32 64 128 256 512 1024"), KEYS (10000).
 source "$(dirname "$0")/common.sh"
 
 APIS=("${@:-envoy grpc http}")
