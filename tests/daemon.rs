@@ -326,19 +326,37 @@ async fn raw_call(
     content_type: &str,
     frames: Vec<Vec<u8>>,
 ) -> (u16, Option<String>, Option<String>, Vec<u8>) {
-    let req = http::Request::post(format!("http://{grpc}{path}"))
-        .header("content-type", content_type)
-        .header("te", "trailers")
-        .body(())
-        .expect("request");
-    let mut ready = send.clone().ready().await.expect("connection ready");
-    let (resp, mut stream) = ready.send_request(req, false).expect("send");
+    let (resp, mut stream) = open_call(send, grpc, path, content_type).await;
     let n = frames.len();
     for (i, f) in frames.into_iter().enumerate() {
         stream.send_data(f.into(), i + 1 == n).expect("send data");
         // Separate frames on the wire, not one buffered write.
         tokio::task::yield_now().await;
     }
+    read_answer(resp).await
+}
+
+/// Opens a call's stream (its headers sent, its body still open).
+async fn open_call(
+    send: &h2::client::SendRequest<bytes::Bytes>,
+    grpc: SocketAddr,
+    path: &str,
+    content_type: &str,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let req = http::Request::post(format!("http://{grpc}{path}"))
+        .header("content-type", content_type)
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let mut ready = send.clone().ready().await.expect("connection ready");
+    ready.send_request(req, false).expect("send")
+}
+
+/// A call's answer: `(HTTP status, grpc-status, grpc-message, body)`, the status and message
+/// from the trailers when there are any.
+async fn read_answer(
+    resp: h2::client::ResponseFuture,
+) -> (u16, Option<String>, Option<String>, Vec<u8>) {
     let resp = resp.await.expect("response");
     let status = resp.status().as_u16();
     let text = |h: &http::HeaderMap, k: &str| {
@@ -515,13 +533,8 @@ fn a_burst_of_calls_ending_in_empty_frames_keeps_its_connection() {
                 cost: None,
             }
             .encode_to_vec();
-            let req = http::Request::post(format!("http://{grpc}/sluice.v1.Limiter/Check"))
-                .header("content-type", "application/grpc")
-                .header("te", "trailers")
-                .body(())
-                .expect("request");
-            let mut ready = send.clone().ready().await.expect("connection ready");
-            let (resp, mut stream) = ready.send_request(req, false).expect("send");
+            let (resp, mut stream) =
+                open_call(&send, grpc, "/sluice.v1.Limiter/Check", "application/grpc").await;
             stream
                 .send_data(framed(0, &msg).into(), false)
                 .expect("message");
@@ -532,23 +545,10 @@ fn a_burst_of_calls_ending_in_empty_frames_keeps_its_connection() {
         }
         let mut answered = 0;
         for (resp, _stream) in pending {
-            let resp = resp
-                .await
-                .expect("every call answered: the connection stays up");
-            assert_eq!(resp.status(), 200);
-            let mut body = resp.into_body();
-            let mut data = 0;
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk.expect("data");
-                let _ = body.flow_control().release_capacity(chunk.len());
-                data += chunk.len();
-            }
-            let trailers = body.trailers().await.expect("trailers").expect("trailers");
-            assert_eq!(
-                trailers.get("grpc-status").map(|v| v.as_bytes()),
-                Some(&b"0"[..])
-            );
-            assert!(data > 5, "a CheckResponse");
+            // A dropped connection fails here ("response"): every call must be answered.
+            let (status, code, _, body) = read_answer(resp).await;
+            assert_eq!((status, code.as_deref()), (200, Some("0")));
+            assert!(body.len() > 5, "a CheckResponse");
             answered += 1;
         }
         assert_eq!(answered, 1000);
