@@ -32,7 +32,8 @@
 -- was most of its cost (docs/redis.md). One pattern match checks an item's digits.
 --
 -- Reply: { allowed, then per item: allowed, limit, remaining, reset, retry_after, window,
---          usage } as integers.
+--          usage } as integers; a call of one fixed-window item answers only the integer
+--          count its window held before the call (see fw_alone).
 --
 -- Errors: a key holding the wrong type or an unparsable value answers
 --   "SLUICE_CORRUPT <key index> <detail>"  (1-based index into KEYS)
@@ -420,20 +421,23 @@ local function fw_take(key, wend, st, now, cost)
 end
 
 -- A call of one fixed window, the common case: the same steps as run_call's general path
--- (load, evaluate, take), without its tables.
-local function fw_alone(key, now, cost, limit, window, flags, rcur, wend)
+-- (load, evaluate, take), without its tables, answering the count it read. The outcome is a
+-- function of that count and of what the daemon sent, so the daemon computes it with the
+-- core's own code (sluice_core::batch::answer) rather than parse seven numbers per call.
+local function fw_alone(key, now, cost, limit, flags, rcur, wend)
     local st, e = counter_load(key, 1)
     if e then
         return e
     end
-    local ok, _, remaining, reset, retry, _, usage = fw_evaluate(limit, window, rcur, wend, st, now, cost)
+    -- fw_evaluate's allowed, the only field this path needs.
+    local ok = st + rcur + max(cost, 1) <= limit
     -- Not enforced (shadow): allowed whatever the count says.
     local allowed = ok or flags % 2 == 0
     -- A refused request was refused by this item: nothing to give back.
     if cost > 0 and (ok or (not allowed and flags >= 2)) then
         fw_take(key, wend, st, now, cost)
     end
-    return { allowed and 1 or 0, ok and 1 or 0, limit, remaining, reset, retry, window, usage }
+    return st
 end
 
 ---------------------------------------------------------------------------------------------
@@ -712,7 +716,7 @@ local function run_call(kb, ab, na)
             badarg('fewer KEYS than items need')
         end
         if n == 1 and code == 3 then
-            return fw_alone(key, now, cost, p1, p2, fl, rc, we)
+            return fw_alone(key, now, cost, p1, fl, rc, we)
         end
         local it = {
             code = code,
@@ -871,7 +875,7 @@ if ARGV[1] == 'B' then
                 msg = 'SLUICE_ERR ' .. msg
             end
             r = { msg }
-        elseif r.err then
+        elseif type(r) == 'table' and r.err then
             r = { r.err }
         end
         replies[c] = r

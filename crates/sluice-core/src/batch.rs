@@ -81,27 +81,7 @@ pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) 
 /// [`apply`] writing the writes into `writes` (cleared first), so a store can reuse one
 /// buffer across calls instead of allocating a vector per call.
 pub fn apply_into(call: &Call, states: &[Option<State>], writes: &mut Vec<Write>) -> CallResult {
-    let mut outcomes: Vec<Outcome> = call
-        .items
-        .iter()
-        .zip(states)
-        .map(|(item, st)| algo::evaluate(&item.params, st.as_ref(), &call.request(item)))
-        .collect();
-    let allowed = call
-        .items
-        .iter()
-        .zip(&outcomes)
-        .all(|(i, o)| o.allowed || !i.enforce);
-    if !allowed && call.cost > 0 {
-        // Outcomes say "after this request"; a refused request takes nothing from the rules
-        // that would have allowed it, so give the cost back in what they report.
-        for (item, o) in call.items.iter().zip(outcomes.iter_mut()) {
-            if o.allowed && !(item.enforce && item.charge_rejected) {
-                o.remaining = (o.remaining + call.cost).min(o.limit);
-                o.usage = o.usage.saturating_sub(call.cost);
-            }
-        }
-    }
+    let CallResult { allowed, outcomes } = answer(call, states);
     writes.clear();
     writes.extend(
         call.items
@@ -130,6 +110,33 @@ pub fn apply_into(call: &Call, states: &[Option<State>], writes: &mut Vec<Write>
                 Write::Put(state, ttl)
             }),
     );
+    CallResult { allowed, outcomes }
+}
+
+/// What [`apply`] answers for `call` over `states`, without the writes: a store whose atomic
+/// step already wrote (Redis's script) answers from the states it read, with this same code.
+pub fn answer(call: &Call, states: &[Option<State>]) -> CallResult {
+    let mut outcomes: Vec<Outcome> = call
+        .items
+        .iter()
+        .zip(states)
+        .map(|(item, st)| algo::evaluate(&item.params, st.as_ref(), &call.request(item)))
+        .collect();
+    let allowed = call
+        .items
+        .iter()
+        .zip(&outcomes)
+        .all(|(i, o)| o.allowed || !i.enforce);
+    if !allowed && call.cost > 0 {
+        // Outcomes say "after this request"; a refused request takes nothing from the rules
+        // that would have allowed it, so give the cost back in what they report.
+        for (item, o) in call.items.iter().zip(outcomes.iter_mut()) {
+            if o.allowed && !(item.enforce && item.charge_rejected) {
+                o.remaining = (o.remaining + call.cost).min(o.limit);
+                o.usage = o.usage.saturating_sub(call.cost);
+            }
+        }
+    }
     CallResult { allowed, outcomes }
 }
 

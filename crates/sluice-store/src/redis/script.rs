@@ -7,7 +7,7 @@
 use crate::StoreError;
 use sluice_core::algo::Kind;
 use sluice_core::batch::{Call, CallResult, Item};
-use sluice_core::{Micros, Outcome, Params};
+use sluice_core::{Micros, Outcome, Params, State};
 
 /// `lua/check.lua`: `batch::apply` and every algorithm, one call per identity.
 pub const CHECK_SCRIPT: &str = include_str!("../../../../lua/check.lua");
@@ -63,21 +63,33 @@ fn sliding_start(now: Micros, window: Micros) -> Micros {
 /// and the previous window's counters; every other algorithm lives in `<key>` itself. All
 /// keep the item key's `{identity}` hash tag, so one call stays in one Cluster slot.
 pub fn item_keys(item: &Item, now: Micros) -> Vec<String> {
+    let mut keys = Vec::with_capacity(2);
+    push_item_keys(item, now, &mut keys);
+    keys
+}
+
+/// [`item_keys`] appended to `keys`: one allocation per key, none for a vector per item.
+fn push_item_keys(item: &Item, now: Micros, keys: &mut Vec<String>) {
+    use std::fmt::Write as _;
+    // `<key>:<window start>`; writing to a String cannot fail.
+    let suffixed = |n: i128| {
+        let mut k = String::with_capacity(item.key.len() + 21);
+        k.push_str(&item.key);
+        let _ = write!(k, ":{n}");
+        k
+    };
     match &item.params {
         Params::FixedWindow { window, .. } => {
             let (start, _) = window.bounds(now);
-            vec![format!("{}:{start}", item.key)]
+            keys.push(suffixed(i128::from(start)));
         }
         Params::SlidingWindow { window, .. } => {
             let start = sliding_start(now, *window);
             // Before the epoch's second window there is no previous one: a key never written.
-            let prev = i128::from(start) - i128::from(*window);
-            vec![
-                format!("{}:{start}", item.key),
-                format!("{}:{prev}", item.key),
-            ]
+            keys.push(suffixed(i128::from(start)));
+            keys.push(suffixed(i128::from(start) - i128::from(*window)));
         }
-        _ => vec![item.key.clone()],
+        _ => keys.push(item.key.clone()),
     }
 }
 
@@ -124,7 +136,7 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
     args.push(format!("{now} {}", call.cost));
     args.push(call.request_id.clone());
     for item in &call.items {
-        keys.extend(item_keys(item, now));
+        push_item_keys(item, now, &mut keys);
         let (p1, p2, wstart, wend) = match &item.params {
             Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
                 (*rate_per_s, *burst, 0, 0)
@@ -167,9 +179,24 @@ fn int(v: &redis::Value) -> Option<u64> {
 }
 
 /// Decodes `lua/check.lua`'s reply (`allowed`, then seven outcome fields per item) for the
-/// call it answers.
+/// call it answers. A call of one fixed window is answered by the count its window held
+/// before the call: the outcome follows from it and the call, and the core computes it
+/// ([`sluice_core::batch::answer`]), which spares Redis building and the daemon parsing
+/// eight numbers on the most common call.
 pub fn decode_check(call: &Call, reply: &redis::Value) -> Result<CallResult, StoreError> {
     let bad = |why: &str| StoreError::Server(format!("unexpected reply from check.lua: {why}"));
+    if let redis::Value::Int(n) = reply {
+        let [item] = call.items.as_slice() else {
+            return Err(bad("a count for a call of several items"));
+        };
+        let Params::FixedWindow { window, .. } = &item.params else {
+            return Err(bad("a count for a call that is not a fixed window"));
+        };
+        let count = u64::try_from(*n).map_err(|_| bad("a negative count"))?;
+        let (start, _) = window.bounds(call.now);
+        let state = State::FixedWindow { start, count };
+        return Ok(sluice_core::batch::answer(call, &[Some(state)]));
+    }
     let redis::Value::Array(vals) = reply else {
         return Err(bad("not an array"));
     };
@@ -349,5 +376,40 @@ mod tests {
         assert!(decode_check(&call, &redis::Value::Array(ok.clone())).is_ok());
         ok[3] = redis::Value::Int(-1);
         assert!(decode_check(&call, &redis::Value::Array(ok)).is_err());
+        // A bare count answers only a call of one fixed window.
+        assert!(decode_check(&call, &redis::Value::Int(0)).is_err());
+    }
+
+    #[test]
+    fn a_fixed_window_count_decodes_to_the_cores_outcome() {
+        let now = 1_700_000_061 * SECOND;
+        let mut it = item(Params::FixedWindow {
+            limit: 3,
+            window: Window::Epoch(60 * SECOND),
+        });
+        it.remote.cur = 1;
+        let call = Call {
+            now,
+            cost: 1,
+            request_id: "r".into(),
+            items: vec![it],
+        };
+        let start = 1_700_000_040 * SECOND;
+        for count in 0..4 {
+            let state = State::FixedWindow { start, count };
+            let want = sluice_core::batch::apply(&call, &[Some(state)]).0;
+            let got = decode_check(&call, &redis::Value::Int(count as i64)).expect("a count");
+            assert_eq!(got, want, "count {count}");
+            assert_eq!(
+                got.allowed,
+                count < 2,
+                "count {count} + remote 1 of limit 3"
+            );
+            assert_eq!(got.outcomes[0].reset, 39 * SECOND);
+        }
+        assert!(decode_check(&call, &redis::Value::Int(-1)).is_err());
+        let mut two = call.clone();
+        two.items.push(two.items[0].clone());
+        assert!(decode_check(&two, &redis::Value::Int(0)).is_err());
     }
 }

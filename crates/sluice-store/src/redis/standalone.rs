@@ -220,11 +220,14 @@ async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<
         }
         return;
     }
-    let (keys, args) = batch_form(&mut jobs);
+    let (keys, args, ends) = batch_form(&mut jobs);
     let e = match engine.eval(conn, &engine.check, &keys, &args).await {
         Ok(redis::Value::Array(replies)) if replies.len() == jobs.len() => {
-            for (job, r) in jobs.into_iter().zip(replies) {
-                let _ = job.reply.send(one_reply(r, &job.call.keys));
+            let mut start = 0;
+            for ((job, r), end) in jobs.into_iter().zip(replies).zip(ends) {
+                let own = keys.get(start..end).unwrap_or_default();
+                let _ = job.reply.send(one_reply(r, own));
+                start = end;
             }
             return;
         }
@@ -241,21 +244,24 @@ async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<
 }
 
 /// KEYS and ARGV of a batch: "B", the number of calls, then per call `"nk na"` (its key
-/// count and argument count, one argument) and its arguments (see `lua/check.lua`). The
-/// arguments move into the batch; the keys are copied (a call's error names its key).
-fn batch_form(jobs: &mut [Job]) -> (Vec<String>, Vec<String>) {
+/// count and argument count, one argument) and its arguments (see `lua/check.lua`). Keys and
+/// arguments move into the batch; the third vector holds where each call's keys end in KEYS
+/// (a call's error names its key).
+fn batch_form(jobs: &mut [Job]) -> (Vec<String>, Vec<String>, Vec<usize>) {
     let nk: usize = jobs.iter().map(|j| j.call.keys.len()).sum();
     let na: usize = jobs.iter().map(|j| j.call.args.len() + 1).sum();
     let mut keys = Vec::with_capacity(nk);
     let mut args = Vec::with_capacity(na + 2);
+    let mut ends = Vec::with_capacity(jobs.len());
     args.push("B".to_string());
     args.push(jobs.len().to_string());
     for j in jobs {
-        keys.extend(j.call.keys.iter().cloned());
         args.push(format!("{} {}", j.call.keys.len(), j.call.args.len()));
+        keys.append(&mut j.call.keys);
         args.append(&mut j.call.args);
+        ends.push(keys.len());
     }
-    (keys, args)
+    (keys, args, ends)
 }
 
 /// One call's part of a batch reply: its outcome array, or a one-element array holding its
