@@ -157,14 +157,21 @@ impl RedisStore {
                 .eval(&mut conn, &self.engine.check, &call.keys, &call.args)
                 .await;
         }
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job { call, reply })
+        // The deadline covers the wait for the batcher too (the direct run above has its own,
+        // inside `eval`).
+        let queued = async {
+            let (reply, answer) = oneshot::channel();
+            self.jobs
+                .send(Job { call, reply })
+                .await
+                .map_err(|_| StoreError::Unavailable("redis: the store is shutting down".into()))?;
+            answer
+                .await
+                .map_err(|_| StoreError::Unavailable("redis: the call was dropped".into()))?
+        };
+        tokio::time::timeout(self.engine.timeout, queued)
             .await
-            .map_err(|_| StoreError::Unavailable("redis: the store is shutting down".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Unavailable("redis: the call was dropped".into()))?
+            .map_err(|_| StoreError::Timeout(self.engine.timeout_ms))?
     }
 }
 
@@ -289,10 +296,7 @@ impl Store for RedisStore {
             let Some(enc) = check_request(call)? else {
                 return Ok(nothing_to_check());
             };
-            // The deadline covers the wait for the batcher too.
-            let reply = tokio::time::timeout(self.engine.timeout, self.queue_and_wait(enc))
-                .await
-                .map_err(|_| StoreError::Timeout(self.engine.timeout_ms))??;
+            let reply = self.queue_and_wait(enc).await?;
             super::decode_check(call, &reply)
         })
     }
