@@ -263,7 +263,10 @@ fn batch_form(jobs: &mut [Job]) -> (Vec<String>, Vec<String>, Vec<usize>) {
     args.push("B".to_string());
     args.push(jobs.len().to_string());
     for j in jobs {
-        args.push(format!("{} {}", j.call.keys.len(), j.call.args.len()));
+        args.push(super::script::joined(
+            &[j.call.keys.len() as u64, j.call.args.len() as u64],
+            12,
+        ));
         keys.append(&mut j.call.keys);
         args.append(&mut j.call.args);
         ends.push(keys.len());
