@@ -274,8 +274,8 @@ fn batch_form(jobs: &mut [Job]) -> (Vec<String>, Vec<String>, Vec<usize>) {
     (keys, args, ends)
 }
 
-/// One call's part of a batch reply: its outcome array, or a one-element array holding its
-/// error text.
+/// One call's part of a batch reply: its outcome array (or, for one fixed window, its count),
+/// or a one-element array holding its error text.
 fn one_reply(r: redis::Value, keys: &[String]) -> Result<redis::Value, StoreError> {
     if let redis::Value::Array(v) = &r
         && let [redis::Value::BulkString(text)] = v.as_slice()
