@@ -423,7 +423,7 @@ end
 -- A call of one fixed window, the common case: the same steps as run_call's general path
 -- (load, evaluate, take), without its tables, answering the count it read. The outcome is a
 -- function of that count and of what the daemon sent, so the daemon computes it with the
--- core's own code (sluice_core::batch::answer) rather than parse seven numbers per call.
+-- core's own code (sluice_core::batch::answer) rather than parse eight integers per call.
 local function fw_alone(key, now, cost, limit, flags, rcur, wend)
     local st, e = counter_load(key, 1)
     if e then
