@@ -400,11 +400,15 @@ local function counter_load(key, ki)
     return n, nil
 end
 
--- Scalars in, seven values out (the outcome's fields): the one-item short path builds no
--- tables.
+-- core: fixed_window::evaluate's `allowed`, the only field the one-item short path needs.
+local function fw_allows(limit, rcur, st, cost)
+    return st + rcur + max(cost, 1) <= limit
+end
+
+-- Scalars in, seven values out (the outcome's fields).
 local function fw_evaluate(limit, window, rcur, wend, st, now, cost)
     local used = st + rcur
-    local allowed = used + max(cost, 1) <= limit
+    local allowed = fw_allows(limit, rcur, st, cost)
     local used_after, local_after = used, st
     if allowed then
         used_after, local_after = used + cost, st + cost
@@ -429,8 +433,7 @@ local function fw_alone(key, now, cost, limit, flags, rcur, wend)
     if e then
         return e
     end
-    -- fw_evaluate's allowed, the only field this path needs.
-    local ok = st + rcur + max(cost, 1) <= limit
+    local ok = fw_allows(limit, rcur, st, cost)
     -- Not enforced (shadow): allowed whatever the count says.
     local allowed = ok or flags % 2 == 0
     -- A refused request was refused by this item: nothing to give back.
