@@ -419,7 +419,11 @@ fn a_global_limit_holds_across_regions_and_survives_a_region_failure() {
 fn forged(codec: &FrameCodec, region: &str, key: &str, count: u64) -> Vec<u8> {
     let start = now_ms() / WINDOW_MS * WINDOW_MS * 1000;
     let entry = sluice_core::ship::ShipEntry {
-        key: sluice_core::matching::store_key(&format!("public-api|api_key={key}"), "global-10s"),
+        key: sluice_core::matching::store_key(
+            &format!("public-api|api_key={key}"),
+            "global-10s",
+            sluice_core::algo::Kind::FixedWindow,
+        ),
         window_start: start,
         count,
     };

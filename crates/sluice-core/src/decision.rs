@@ -448,10 +448,10 @@ mod tests {
     const RULES: &str = r#"
 domain: api
 rules:
-  - { id: burst, key: [api_key], algorithm: token_bucket, rate_per_s: 1, burst: 20 }
-  - { id: daily, key: [api_key], algorithm: fixed_window, limit: 1000, window: 1d }
-  - { id: otp, key: [user], algorithm: sliding_log, limit: 1, window: 1m, headers: retry_only }
-  - { id: shadowed, key: [api_key], algorithm: fixed_window, limit: 2, window: 1m, mode: shadow }
+  - { id: burst, key: [api_key], algorithm: token_bucket, rate_per_s: 1, burst: 20, on_store_failure: local }
+  - { id: daily, key: [api_key], algorithm: fixed_window, limit: 1000, window: 1d, on_store_failure: local }
+  - { id: otp, key: [user], algorithm: sliding_log, limit: 1, window: 1m, headers: retry_only, on_store_failure: local }
+  - { id: shadowed, key: [api_key], algorithm: fixed_window, limit: 2, window: 1m, mode: shadow, on_store_failure: local }
   - { id: strict, key: [tenant], algorithm: fixed_window, limit: 5, window: 1m, on_store_failure: closed }
 "#;
 
@@ -568,7 +568,7 @@ rules:
         let d = desc(&[("api_key", "k"), ("tenant", "t")]);
         let p = plan(dom, &d, 0, 1, "r", |_| Remote::default());
         assert_eq!(p.calls.len(), 2);
-        // The api_key call: local rules (default) answered by a fallback.
+        // The api_key call: local rules answered by a fallback.
         let fb = p.fallback(0, 500).expect("local rules");
         assert_eq!(
             fb.items[0].params,

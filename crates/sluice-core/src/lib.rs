@@ -18,12 +18,14 @@
 //!   remote figure a decision adds.
 //! - [`ship`]: which busy global keys the delta shipper sends each interval, within a budget.
 //! - [`hash`]: the stable hash behind rollout and key splitting.
+//! - [`keys`]: store keys, made and parsed in one place.
 
 pub mod algo;
 pub mod batch;
 pub mod breaker;
 pub mod decision;
 pub mod hash;
+pub mod keys;
 pub mod matching;
 pub mod merge;
 pub mod rules;

@@ -196,15 +196,7 @@ pub fn identity(domain: &str, key: &[String], d: &Descriptors) -> Option<String>
     Some(out)
 }
 
-/// `sl:{identity}:rule`: every key of one identity hashes to one Redis Cluster slot.
-pub fn store_key(identity: &str, rule_id: &str) -> String {
-    let mut k = String::with_capacity(identity.len() + rule_id.len() + 6);
-    k.push_str("sl:{");
-    k.push_str(identity);
-    k.push_str("}:");
-    k.push_str(rule_id);
-    k
-}
+pub use crate::keys::store_key;
 
 fn matches(rule: &Rule, d: &Descriptors) -> bool {
     rule.matchers
@@ -306,7 +298,7 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
             Some(o) => Cow::Owned(o.apply(&r.params)),
             None => Cow::Borrowed(&r.params),
         };
-        let key = store_key(&identity, &r.id);
+        let key = store_key(&identity, &r.id, params.kind());
         out.push(Applied {
             rule: r,
             params,
@@ -412,7 +404,7 @@ overrides:
         assert!(!noip.contains(&"per-ip".to_string()));
         // Keys share the identity as hash tag.
         let a = applicable(d, &desc(&base));
-        assert_eq!(a[0].key, "sl:{public-api|api_key=k_1}:pay-burst");
+        assert_eq!(a[0].key, "sl:{public-api|api_key=k_1}:t:pay-burst");
     }
 
     #[test]

@@ -379,15 +379,6 @@ fn merge_slot(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64, now:
     }
 }
 
-/// The rule id of a store key (`sl:{identity}:rule` → `rule`): the inverse of
-/// [`crate::matching::store_key`], so a receiver can find the rule a shipped key belongs to.
-pub fn rule_id_of(key: &str) -> Option<&str> {
-    key.strip_prefix("sl:")
-        .and_then(|k| k.rsplit_once("}:"))
-        .map(|(_, rule)| rule)
-        .filter(|r| !r.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,13 +502,6 @@ mod tests {
         assert!(rc.is_empty());
     }
 
-    #[test]
-    fn store_keys_name_their_rule() {
-        let k = crate::matching::store_key("api|api_key=k}:x", "per-min");
-        assert_eq!(rule_id_of(&k), Some("per-min"));
-        assert_eq!(rule_id_of("nope"), None);
-        assert_eq!(rule_id_of("sl:{a}:"), None);
-    }
 
     /// One report: (region 0..3, key 0..3, window 0..3, count).
     type Report = (u8, u8, u64, u64);

@@ -643,7 +643,7 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
     );
     let on_store_failure = f.choice(
         "on_store_failure",
-        FailureMode::Local,
+        FailureMode::Open,
         &[
             ("open", FailureMode::Open),
             ("closed", FailureMode::Closed),
@@ -1016,6 +1016,16 @@ overrides:
   - { identity: { api_key: k_bigcorp }, rule: pay-burst, rate_per_s: 200, burst: 400 }
   - { identity: { api_key: k_monitor }, exempt: true }
 "#;
+
+    #[test]
+    fn a_rule_that_names_no_failure_mode_fails_open() {
+        let set = parse_yaml(
+            "domain: d\nrules:\n  - { id: r, key: [api_key], algorithm: gcra, rate_per_s: 1, burst: 1 }\n",
+        )
+        .expect("valid");
+        let r = &set.domain("d").expect("domain").rules[0];
+        assert_eq!(r.on_store_failure, FailureMode::Open);
+    }
 
     #[test]
     fn design_example_parses() {

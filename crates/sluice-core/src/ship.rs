@@ -31,7 +31,7 @@ use crate::time::{MILLI, Micros};
 /// `window_start` (0 for cumulative bucket figures).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShipEntry {
-    /// Store key (`sl:{identity}:rule`): the receiver finds the rule from it.
+    /// Store key ([`crate::keys`]): the receiver finds the rule from it.
     pub key: String,
     /// Window start, epoch microseconds (whole milliseconds for every rule the validator
     /// accepts), or 0.

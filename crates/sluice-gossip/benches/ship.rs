@@ -14,7 +14,7 @@
 //! therefore what a decision sees: the wait for the next shipment (up to one interval), the
 //! packing, the datagrams, and the merge.
 
-use sluice_core::algo::Window;
+use sluice_core::algo::{Kind, Window};
 use sluice_core::matching::store_key;
 use sluice_core::{Micros, Params};
 use sluice_gossip::{Config, Node, RuleLookup, now_micros};
@@ -38,7 +38,7 @@ impl RuleLookup for Lookup {
 }
 
 fn key(i: usize) -> String {
-    store_key(&format!("bench|api_key=k_{i:06}"), "g")
+    store_key(&format!("bench|api_key=k_{i:06}"), "g", Kind::FixedWindow)
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {

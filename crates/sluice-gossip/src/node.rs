@@ -593,9 +593,12 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
                 params.len() - 1
             })
         });
+        // A figure of another algorithm than this daemon's rule (an edit not yet live
+        // everywhere) is never merged into it.
+        let slot = slot.filter(|&i| f.kind.is_none_or(|k| k == params[i].kind()));
         match slot {
             Some(i) => resolved.push((
-                sluice_core::matching::store_key(&f.identity, &f.rule),
+                sluice_core::matching::store_key(&f.identity, &f.rule, params[i].kind()),
                 i,
                 f.window_start,
                 f.count,

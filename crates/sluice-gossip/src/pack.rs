@@ -17,19 +17,14 @@ use crate::wire::{CountsPacket, FORMAT_VERSION, Figure, Reject, RuleFigures};
 use prost::Message;
 use prost::encoding::encoded_len_varint;
 use sluice_core::Micros;
+use sluice_core::algo::Kind;
+use sluice_core::keys;
 use sluice_core::ship::ShipEntry;
 
 /// Longest identity accepted from the wire (descriptor values are bounded well below it).
 pub const MAX_IDENTITY: usize = 4096;
 /// Longest region name, sender id or rule id accepted from the wire.
 pub const MAX_NAME: usize = 255;
-
-/// Splits a store key `sl:{identity}:rule` into `(identity, rule)`.
-pub fn split_key(key: &str) -> Option<(&str, &str)> {
-    let rest = key.strip_prefix("sl:{")?;
-    let (identity, rule) = rest.rsplit_once("}:")?;
-    (!rule.is_empty()).then_some((identity, rule))
-}
 
 /// The header every packet of one shipment carries.
 #[derive(Clone, Debug)]
@@ -104,18 +99,17 @@ impl Open {
     /// Adds one figure if the packet stays within `max` bytes.
     fn try_add(
         &mut self,
-        rule: &str,
+        (rule, kind): (&str, Kind),
         start_ms: u64,
         identity: &str,
         prev: &str,
         count: u64,
         max: usize,
     ) -> bool {
-        let same_group = self
-            .packet
-            .rules
-            .last()
-            .is_some_and(|g| g.rule == rule && g.window_start_ms == start_ms);
+        let code = keys::code(kind);
+        let same_group = self.packet.rules.last().is_some_and(|g| {
+            g.rule == rule && g.window_start_ms == start_ms && g.kind.starts_with(code)
+        });
         let shared = if same_group {
             shared_prefix(prev, identity)
         } else {
@@ -136,7 +130,7 @@ impl Open {
             };
             (
                 closed,
-                field_len(rule.len()) + varint_field(start_ms) + fig_field,
+                field_len(rule.len()) + field_len(1) + varint_field(start_ms) + fig_field,
             )
         };
         if closed + field_len(inner) > max {
@@ -147,6 +141,7 @@ impl Open {
                 rule: rule.to_string(),
                 window_start_ms: start_ms,
                 figures: Vec::new(),
+                kind: code.to_string(),
             });
         }
         if let Some(g) = self.packet.rules.last_mut() {
@@ -162,10 +157,10 @@ impl Open {
 /// Packs `entries` into payloads of at most `max_payload` bytes each.
 pub fn pack(entries: &[ShipEntry], header: &Header<'_>, max_payload: usize) -> Packed {
     let mut out = Packed::default();
-    let mut items: Vec<(&str, u64, &str, u64)> = Vec::with_capacity(entries.len());
+    let mut items: Vec<((&str, Kind), u64, &str, u64)> = Vec::with_capacity(entries.len());
     for e in entries {
-        match split_key(&e.key) {
-            Some((identity, rule)) => items.push((rule, e.window_start / 1000, identity, e.count)),
+        match keys::parse(&e.key) {
+            Some(k) => items.push(((k.rule, k.kind), e.window_start / 1000, k.identity, e.count)),
             None => out.skipped += 1,
         }
     }
@@ -202,6 +197,8 @@ pub fn pack(entries: &[ShipEntry], header: &Header<'_>, max_payload: usize) -> P
 pub struct Received {
     /// Rule id.
     pub rule: String,
+    /// The rule's algorithm at the sender (`None` from a sender that does not say).
+    pub kind: Option<Kind>,
     /// The identity (the store key's hash tag).
     pub identity: String,
     /// Window start, epoch µs (0: cumulative).
@@ -244,6 +241,11 @@ pub fn unpack(payload: &[u8]) -> Result<Unpacked, Reject> {
         if !name_ok(&g.rule) {
             return Err(Reject::Malformed);
         }
+        let kind = match g.kind.as_bytes() {
+            [] => None,
+            [c] => Some(keys::kind_of_code(*c).ok_or(Reject::Malformed)?),
+            _ => return Err(Reject::Malformed),
+        };
         let window_start = g
             .window_start_ms
             .checked_mul(1000)
@@ -261,6 +263,7 @@ pub fn unpack(payload: &[u8]) -> Result<Unpacked, Reject> {
             }
             figures.push(Received {
                 rule: g.rule.clone(),
+                kind,
                 identity: identity.clone(),
                 window_start,
                 count: f.count,
@@ -284,7 +287,7 @@ mod tests {
 
     fn entry(identity: &str, rule: &str, start_ms: u64, count: u64) -> ShipEntry {
         ShipEntry {
-            key: sluice_core::matching::store_key(identity, rule),
+            key: sluice_core::matching::store_key(identity, rule, Kind::FixedWindow),
             window_start: start_ms * 1000,
             count,
         }
@@ -308,17 +311,6 @@ mod tests {
             (&a.rule, &a.identity, a.window_start).cmp(&(&b.rule, &b.identity, b.window_start))
         });
         all
-    }
-
-    #[test]
-    fn keys_split_back_into_identity_and_rule() {
-        assert_eq!(
-            split_key("sl:{api|api_key=k1}:per-min"),
-            Some(("api|api_key=k1", "per-min"))
-        );
-        assert_eq!(split_key("sl:{a}}:b}:r"), Some(("a}}:b", "r")));
-        assert_eq!(split_key("sl:{a}:"), None);
-        assert_eq!(split_key("x"), None);
     }
 
     #[test]
@@ -366,6 +358,7 @@ mod tests {
                     rule: "x".into(),
                     window_start_ms: 0,
                     figures,
+                    kind: String::new(),
                 }],
             }
             .encode_to_vec()
@@ -400,6 +393,35 @@ mod tests {
         p.region.clear();
         assert_eq!(unpack(&p.encode_to_vec()), Err(Reject::Malformed));
         assert_eq!(unpack(b"\xff\xff\xff"), Err(Reject::Malformed));
+        // An algorithm letter that names none, or more than one letter.
+        for kind in ["x", "tt"] {
+            let mut p = CountsPacket::decode(&mk(vec![f("a", 0)])[..]).expect("decodes");
+            p.rules[0].kind = kind.into();
+            assert_eq!(unpack(&p.encode_to_vec()), Err(Reject::Malformed), "{kind}");
+        }
+    }
+
+    #[test]
+    fn figures_carry_their_algorithm_and_group_by_it() {
+        // One rule id under two algorithms (an edit shipping from two daemons): two groups.
+        let entries = [
+            ShipEntry {
+                key: sluice_core::matching::store_key("a", "r", Kind::FixedWindow),
+                window_start: 0,
+                count: 3,
+            },
+            ShipEntry {
+                key: sluice_core::matching::store_key("a", "r", Kind::TokenBucket),
+                window_start: 0,
+                count: 4,
+            },
+        ];
+        let got = received(&pack(&entries, &header(), 1200));
+        let kinds: Vec<_> = got.iter().map(|r| (r.kind, r.count)).collect();
+        assert_eq!(
+            kinds,
+            vec![(Some(Kind::TokenBucket), 4), (Some(Kind::FixedWindow), 3)]
+        );
     }
 
     #[test]

@@ -267,6 +267,9 @@ pub struct RuleFigures {
     /// Sorted by identity, front-coded.
     #[prost(message, repeated, tag = "3")]
     pub figures: Vec<Figure>,
+    /// The rule's algorithm at the sender, as its store-key letter (see `gossip.proto`).
+    #[prost(string, tag = "4")]
+    pub kind: String,
 }
 
 /// One key's figure (see `gossip.proto`).
@@ -419,6 +422,7 @@ mod tests {
             r(|m| m.figures.push(Figure::default())),
             field("RuleFigures", "figures")
         );
+        assert_eq!(r(|m| m.kind = "t".into()), field("RuleFigures", "kind"));
         let g = |f: fn(&mut Figure)| {
             let mut m = Figure::default();
             f(&mut m);

@@ -1,6 +1,6 @@
 //! Real nodes on loopback: membership, shipping, merging, and what is refused.
 
-use sluice_core::algo::Window;
+use sluice_core::algo::{Kind, Window};
 use sluice_core::matching::store_key;
 use sluice_core::{Micros, Params};
 use sluice_gossip::{Config, Node, Reject, RuleLookup, now_micros};
@@ -64,13 +64,13 @@ async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
     )
     .await;
 
-    let key = store_key("api|api_key=k1", "g");
+    let key = store_key("api|api_key=k1", "g", Kind::FixedWindow);
     let p = params();
     let now = now_micros();
     // 150 of 1,000 is above the default 10% threshold: busy, shipped.
     a.observe(&key, &p, 10, now, 150, 150);
     // 50 is not: never shipped (the blind spot).
-    let quiet = store_key("api|api_key=k2", "g");
+    let quiet = store_key("api|api_key=k2", "g", Kind::FixedWindow);
     a.observe(&quiet, &p, 10, now, 50, 50);
     wait_for("b and c to hear a's figure", Duration::from_secs(5), || {
         [&b, &c]
@@ -134,7 +134,7 @@ async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
     assert!(intruder.members().len() <= 1);
 
     // A figure of a rule the receivers do not run globally is dropped, not merged.
-    let region_rule = store_key("api|api_key=k1", "regional");
+    let region_rule = store_key("api|api_key=k1", "regional", Kind::FixedWindow);
     a.observe(&region_rule, &p, 10, now_micros(), 500, 500);
     wait_for("unknown rule counted", Duration::from_secs(5), || {
         let mut out = String::new();
@@ -176,7 +176,7 @@ async fn one_shipper_per_region_and_no_key_works_too() {
         a1.shipping() && !a2.shipping()
     })
     .await;
-    let key = store_key("api|api_key=k1", "g");
+    let key = store_key("api|api_key=k1", "g", Kind::FixedWindow);
     let p = params();
     a1.observe(&key, &p, 10, now_micros(), 300, 300);
     wait_for("b hears a", Duration::from_secs(5), || {

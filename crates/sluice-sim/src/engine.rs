@@ -43,7 +43,7 @@ use sluice_core::algo::Kind;
 use sluice_core::batch::Call;
 use sluice_core::decision::{Answer, Code, Plan, Via, plan};
 use sluice_core::hash::InlineKey;
-use sluice_core::merge::{RemoteCounts, rule_id_of};
+use sluice_core::merge::RemoteCounts;
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
 use sluice_core::ship::{Batch, LocalUsage, ShipEntry, message_bytes};
 use sluice_store::MemoryStore;
@@ -1186,7 +1186,11 @@ impl<'a> Sim<'a> {
         let from = &self.sc.regions[msg.from];
         let daemon = &mut region.daemons[d];
         for e in &msg.entries {
-            let Some(rule) = rule_id_of(&e.key).and_then(|id| self.domain.rule(id)) else {
+            let Some(rule) = sluice_core::keys::parse(&e.key).and_then(|k| {
+                self.domain
+                    .rule(k.rule)
+                    .filter(|r| r.params.kind() == k.kind)
+            }) else {
                 continue;
             };
             if daemon

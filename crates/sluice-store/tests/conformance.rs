@@ -112,6 +112,12 @@ macro_rules! suite {
                 let f = $fixture().await;
                 cases::identities_are_isolated(&*f.store, "").await;
             }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn algorithm_change_under_one_id() {
+                let f = $fixture().await;
+                cases::algorithm_change_under_one_id(&*f.store, "").await;
+            }
         }
     };
 }

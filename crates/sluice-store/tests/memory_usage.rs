@@ -10,7 +10,7 @@
 mod common;
 
 use common::cases::{T0, call, check, item};
-use sluice_core::algo::{Calendar, CalendarUnit, Window};
+use sluice_core::algo::{Calendar, CalendarUnit, Kind, Window};
 use sluice_core::batch::Item;
 use sluice_core::time::SECOND;
 use sluice_core::{Params, Remote};
@@ -18,8 +18,8 @@ use sluice_store::redis::{RedisStore, item_keys};
 
 const IDENTITY: &str = "public-api|api_key=k_8f2a";
 
-fn key(rule: &str) -> String {
-    format!("sl:{{{IDENTITY}}}:{rule}")
+fn key(rule: &str, kind: Kind) -> String {
+    sluice_core::matching::store_key(IDENTITY, rule, kind)
 }
 
 async fn usage_after(
@@ -72,7 +72,7 @@ async fn memory_usage_per_key() {
         (
             "token_bucket, short identity",
             item(
-                "sl:{k_8f2a}:burst",
+                &sluice_core::matching::store_key("k_8f2a", "burst", Kind::TokenBucket),
                 Params::TokenBucket {
                     rate_per_s: 20,
                     burst: 40,
@@ -83,7 +83,7 @@ async fn memory_usage_per_key() {
         (
             "token_bucket (rate 20/s, burst 40)",
             item(
-                &key("pay-burst"),
+                &key("pay-burst", Kind::TokenBucket),
                 Params::TokenBucket {
                     rate_per_s: 20,
                     burst: 40,
@@ -94,7 +94,7 @@ async fn memory_usage_per_key() {
         (
             "gcra (rate 20/s, burst 40)",
             item(
-                &key("pay-gcra"),
+                &key("pay-gcra", Kind::Gcra),
                 Params::Gcra {
                     rate_per_s: 20,
                     burst: 40,
@@ -105,7 +105,7 @@ async fn memory_usage_per_key() {
         (
             "token_bucket, global (shared)",
             shared(item(
-                &key("pay-burs2"),
+                &key("pay-burs2", Kind::TokenBucket),
                 Params::TokenBucket {
                     rate_per_s: 20,
                     burst: 40,
@@ -116,7 +116,7 @@ async fn memory_usage_per_key() {
         (
             "gcra, global (shared)",
             shared(item(
-                &key("pay-gcr2"),
+                &key("pay-gcr2", Kind::Gcra),
                 Params::Gcra {
                     rate_per_s: 20,
                     burst: 40,
@@ -127,7 +127,7 @@ async fn memory_usage_per_key() {
         (
             "fixed_window (1d, Asia/Kolkata)",
             item(
-                &key("pay-daily"),
+                &key("pay-daily", Kind::FixedWindow),
                 Params::FixedWindow {
                     limit: 10_000,
                     window: Window::Calendar(
@@ -140,7 +140,7 @@ async fn memory_usage_per_key() {
         (
             "sliding_window (1m), current window only",
             item(
-                &key("per-minute"),
+                &key("per-minute", Kind::SlidingWindow),
                 Params::SlidingWindow {
                     limit: 600,
                     window: 60 * SECOND,
@@ -151,7 +151,7 @@ async fn memory_usage_per_key() {
         (
             "sliding_log (1m), 1 entry",
             item(
-                &key("otp-1"),
+                &key("otp-1", Kind::SlidingLog),
                 Params::SlidingLog {
                     limit: 10,
                     window: 60 * SECOND,
@@ -162,7 +162,7 @@ async fn memory_usage_per_key() {
         (
             "sliding_log (1m), 10 entries",
             item(
-                &key("otp-10"),
+                &key("otp-10", Kind::SlidingLog),
                 Params::SlidingLog {
                     limit: 10,
                     window: 60 * SECOND,
@@ -173,7 +173,7 @@ async fn memory_usage_per_key() {
         (
             "concurrency, 1 slot",
             item(
-                &key("inflight-1"),
+                &key("inflight-1", Kind::Concurrency),
                 Params::Concurrency {
                     limit: 10,
                     timeout: 60 * SECOND,
@@ -184,7 +184,7 @@ async fn memory_usage_per_key() {
         (
             "concurrency, 10 slots",
             item(
-                &key("inflight-10"),
+                &key("inflight-10", Kind::Concurrency),
                 Params::Concurrency {
                     limit: 10,
                     timeout: 60 * SECOND,

@@ -109,7 +109,7 @@ pub enum Params {
 }
 
 /// Which algorithm, as named in the rule format and in store keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     /// `token_bucket`
     TokenBucket,

@@ -370,3 +370,75 @@ pub async fn huge_charged_refusal_on_a_log(store: &dyn Store, p: &str) {
             .allowed
     );
 }
+
+/// One rule id under each of the six algorithms, in the rule format.
+const RULE_OF_KIND: [&str; 6] = [
+    "algorithm: token_bucket, rate_per_s: 1, burst: 5",
+    "algorithm: gcra, rate_per_s: 1, burst: 5",
+    "algorithm: fixed_window, limit: 5, window: 1m",
+    "algorithm: sliding_window, limit: 5, window: 1m",
+    "algorithm: sliding_log, limit: 5, window: 1m",
+    "algorithm: concurrency, limit: 5, timeout: 1m",
+];
+
+/// The call the rule with id `r` makes for `api_key` when it has algorithm `RULE_OF_KIND[k]`:
+/// the key and numbers come from the core's matching, exactly as the daemon builds them.
+fn call_of_kind(k: usize, api_key: &str, now: Micros, id: &str) -> Call {
+    let yaml = format!(
+        "domain: d\nrules:\n  - {{ id: r, key: [api_key], {} }}\n",
+        RULE_OF_KIND[k]
+    );
+    let set = sluice_core::rules::parse_yaml(&yaml).expect("a valid rule");
+    let dom = set.domain("d").expect("domain d");
+    let desc = sluice_core::matching::Descriptors::new(vec![("api_key".into(), api_key.into())])
+        .expect("descriptors");
+    let applied = sluice_core::matching::applicable(dom, &desc);
+    let a = applied.first().expect("the rule applies");
+    call(
+        now,
+        1,
+        id,
+        vec![item(&a.key, a.params.clone().into_owned())],
+    )
+}
+
+/// An operator edits one rule's algorithm and keeps its id: the keys its old algorithm wrote
+/// are never read as the new algorithm's state, and are no error either. Every identity
+/// answers as a fresh one would, on every store alike.
+pub async fn algorithm_change_under_one_id(store: &dyn Store, p: &str) {
+    for old in 0..RULE_OF_KIND.len() {
+        for new in 0..RULE_OF_KIND.len() {
+            if old == new {
+                continue;
+            }
+            let used = format!("{p}u{old}{new}");
+            for i in 0..3 {
+                check(store, &call_of_kind(old, &used, T0, &format!("o{i}"))).await;
+            }
+            let later = T0 + 10 * MILLI;
+            let c = call_of_kind(new, &used, later, "n");
+            let after_edit = match store.check(&c).await {
+                Ok(r) => r,
+                Err(e) => panic!(
+                    "{} store: {} -> {}: an edited rule's first check failed: {e}",
+                    store.kind(),
+                    RULE_OF_KIND[old],
+                    RULE_OF_KIND[new]
+                ),
+            };
+            let fresh = check(
+                store,
+                &call_of_kind(new, &format!("{p}f{old}{new}"), later, "n"),
+            )
+            .await;
+            assert_eq!(
+                after_edit,
+                fresh,
+                "{} store: {} -> {}: the old algorithm's state was read as the new one's",
+                store.kind(),
+                RULE_OF_KIND[old],
+                RULE_OF_KIND[new]
+            );
+        }
+    }
+}
