@@ -2,22 +2,40 @@
 //! fails, and the simulator's store.
 //!
 //! Sharded by the key's hash tag, so all keys of one identity share a shard (one lock per
-//! call) and distinct identities rarely contend. Entries expire when their state carries no
-//! more information; expired entries are skipped on read and swept by [`MemoryStore::sweep`].
-//! The number of keys is bounded: at the bound a new key evicts the soonest-expiring of a
-//! sample of keys in its shard (the least informative state), counted in
-//! [`MemoryStore::evictions`].
+//! call) and distinct identities rarely contend. The shard of a tag is a keyed hash (SipHash
+//! under the store's seed): tags are client-chosen, and with a public hash a client could aim
+//! every key at one shard, its lock and its share of the bound.
+//!
+//! Entries expire when their state carries no more information; expired entries are skipped
+//! on read and swept by [`MemoryStore::sweep`]. The number of keys is bounded per shard, and a
+//! new key at the bound costs a constant number of slots, whatever the bound: it sweeps the
+//! next few slots of the shard's table for expired entries (a cursor that goes round the
+//! table), and if the shard is still full, evicts the soonest-expiring (the least informative
+//! state) of a few slots drawn at random, counted in [`MemoryStore::evictions`]. The draws come
+//! from a small generator per shard seeded with the store, so a seeded store (the
+//! simulator's) evicts the same keys on every run.
 
 use crate::{BoxFuture, Store, StoreError};
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry as Slot;
+use siphasher::sip::SipHasher13;
 use sluice_core::batch::{Call, CallResult, Write, apply_into};
-use sluice_core::hash::{InlineKey, Keyed, KeyedMap, stable_hash};
+use sluice_core::hash::{InlineKey, Keyed};
 use sluice_core::{Micros, State, algo};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const SHARDS: usize = 64;
-const EVICTION_SAMPLE: usize = 32;
+/// Slots a new key at the bound draws to choose its victim from (Redis samples 5 by default).
+const EVICTION_SAMPLE: usize = 8;
+/// Slots a draw looks at, from the drawn one on, for a full one; a draw that finds none is
+/// skipped. A full shard's table is at least a fifth full, so that is rare.
+const MAX_PROBE: usize = 16;
+/// Slots a new key at the bound sweeps for expired entries before it evicts.
+const SWEEP_STEP: usize = 16;
+/// Slots [`MemoryStore::sweep`] looks at per hold of a shard's lock.
+const SWEEP_CHUNK: usize = 4_096;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -29,10 +47,140 @@ struct Entry {
 /// no scratch space of its own).
 #[derive(Debug)]
 struct Shard {
-    /// Short keys sit inside the map's slots (no pointer to follow on a lookup).
-    map: KeyedMap<InlineKey, Entry>,
+    map: Table,
     states: Vec<Option<State>>,
     writes: Vec<Write>,
+}
+
+/// A shard's keys. hashbrown's table rather than std's map: the bound needs what std's map
+/// hides, a slot by its index (random draws and a sweep cursor, each in constant time).
+#[derive(Debug)]
+struct Table {
+    /// Short keys sit inside the slots (no pointer to follow on a lookup).
+    slots: HashTable<(InlineKey, Entry)>,
+    hasher: Keyed,
+    /// The next slot the bound's sweep looks at.
+    cursor: usize,
+    /// The bound's generator (SplitMix64 state).
+    rng: u64,
+    /// Slots the bound looked at since the store last read it (tests assert its cost).
+    #[cfg(test)]
+    visited: u64,
+}
+
+/// One step of SplitMix64: a few instructions a draw, reproducible from its seed.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Table {
+    fn new(hasher: Keyed, rng: u64) -> Table {
+        Table {
+            slots: HashTable::new(),
+            hasher,
+            cursor: 0,
+            rng,
+            #[cfg(test)]
+            visited: 0,
+        }
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.slots
+            .find(self.hash(key), |(k, _)| k.as_slice() == key)
+            .map(|(_, e)| e)
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let h = self.hash(key);
+        let found = self.slots.find_entry(h, |(k, _)| k.as_slice() == key);
+        found.ok().map(|o| o.remove().0.1)
+    }
+
+    /// Sets a key's entry, past the bound if it is new: new keys go through
+    /// [`MemoryStore::insert`].
+    fn insert(&mut self, key: InlineKey, e: Entry) {
+        let Table { slots, hasher, .. } = self;
+        let h = hasher.hash_one(key.as_slice());
+        let rehash = |(k, _): &(InlineKey, Entry)| hasher.hash_one(k.as_slice());
+        match slots.entry(h, |(k, _)| *k == key, rehash) {
+            Slot::Occupied(mut o) => o.get_mut().1 = e,
+            Slot::Vacant(v) => {
+                v.insert((key, e));
+            }
+        }
+    }
+
+    /// Drops the expired entries of `n` slots from slot `from` on (wrapping round); returns
+    /// how many.
+    fn sweep_slots(&mut self, from: usize, n: usize, now: Micros) -> usize {
+        let mask = self.slots.num_buckets() - 1;
+        let mut dropped = 0;
+        for j in 0..n {
+            #[cfg(test)]
+            {
+                self.visited += 1;
+            }
+            if let Ok(o) = self.slots.get_bucket_entry((from + j) & mask)
+                && o.get().1.expires <= now
+            {
+                o.remove();
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// The bound's sweep: the next [`SWEEP_STEP`] slots from the cursor.
+    fn sweep_step(&mut self, now: Micros) {
+        let buckets = self.slots.num_buckets();
+        let n = SWEEP_STEP.min(buckets);
+        self.sweep_slots(self.cursor, n, now);
+        self.cursor = (self.cursor + n) & (buckets - 1);
+    }
+
+    /// Removes the soonest-expiring entry among [`EVICTION_SAMPLE`] slots drawn at random
+    /// (each the first full slot from a drawn index on), and returns it.
+    fn evict_sampled(&mut self) -> Option<Entry> {
+        let mask = self.slots.num_buckets() - 1;
+        let probe = MAX_PROBE.min(mask + 1);
+        let mut best: Option<(usize, Micros)> = None;
+        for _ in 0..EVICTION_SAMPLE {
+            // The table's size is a power of two: the mask keeps the draw uniform.
+            let start = splitmix(&mut self.rng) as usize;
+            for j in 0..probe {
+                let i = start.wrapping_add(j) & mask;
+                #[cfg(test)]
+                {
+                    self.visited += 1;
+                }
+                if let Some((_, e)) = self.slots.get_bucket(i) {
+                    if best.is_none_or(|(_, soonest)| e.expires < soonest) {
+                        best = Some((i, e.expires));
+                    }
+                    break;
+                }
+            }
+        }
+        let (i, _) = best?;
+        self.slots.get_bucket_entry(i).ok().map(|o| o.remove().0.1)
+    }
 }
 
 /// Sharded map from key to state with expiry and a key bound.
@@ -40,7 +188,12 @@ struct Shard {
 pub struct MemoryStore {
     shards: Vec<Mutex<Shard>>,
     per_shard_cap: usize,
+    /// SipHash keys of the shard choice.
+    shard_keys: (u64, u64),
     evictions: AtomicU64,
+    /// Entries the bound looked at (tests assert the cost of an insert at the bound).
+    #[cfg(test)]
+    visited: AtomicU64,
 }
 
 /// The hash tag of a key (`sl:{tag}:rule` → `tag`), or the whole key.
@@ -64,38 +217,46 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// A store holding at most about `max_keys` keys, its maps keyed by a seed drawn from OS
-    /// randomness (keys are client-chosen: see [`Keyed`]).
+    /// A store holding at most about `max_keys` keys, its shard choice, maps and eviction
+    /// draws keyed by a seed drawn from OS randomness (keys are client-chosen: see [`Keyed`]).
     pub fn new(max_keys: usize) -> MemoryStore {
         let seed = std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64);
         MemoryStore::with_seed(max_keys, seed)
     }
 
-    /// A store whose maps are keyed by `seed`: which keys the bound evicts depends on the map
-    /// order, so a reproducible run (the simulator) passes a seed of its own.
+    /// A store whose shard choice, maps and eviction draws all derive from `seed`: which keys
+    /// share a shard and which the bound evicts follow from it, so a reproducible run (the
+    /// simulator) passes a seed of its own.
     pub fn with_seed(max_keys: usize, seed: u64) -> MemoryStore {
+        let mut mix = seed;
+        let shard_keys = (splitmix(&mut mix), splitmix(&mut mix));
         MemoryStore {
             shards: (0..SHARDS)
                 .map(|i| {
                     Mutex::new(Shard {
-                        map: KeyedMap::with_hasher(Keyed::new(seed ^ i as u64)),
+                        map: Table::new(Keyed::new(seed ^ i as u64), splitmix(&mut mix)),
                         states: Vec::new(),
                         writes: Vec::new(),
                     })
                 })
                 .collect(),
             per_shard_cap: max_keys.div_ceil(SHARDS).max(1),
+            shard_keys,
             evictions: AtomicU64::new(0),
+            #[cfg(test)]
+            visited: AtomicU64::new(0),
         }
     }
 
-    /// The shard of a hash tag (stable: the key bound is per shard).
-    fn shard_of_tag(tag: &str) -> usize {
-        (stable_hash(&[tag]) % SHARDS as u64) as usize
+    /// The shard of a hash tag, by a keyed hash: a client cannot aim its tags at one shard.
+    fn shard_of_tag(&self, tag: &str) -> usize {
+        let mut h = SipHasher13::new_with_keys(self.shard_keys.0, self.shard_keys.1);
+        h.write(tag.as_bytes());
+        ((u128::from(h.finish()) * SHARDS as u128) >> 64) as usize
     }
 
     fn shard(&self, key: &str) -> &Mutex<Shard> {
-        &self.shards[Self::shard_of_tag(tag(key))]
+        &self.shards[self.shard_of_tag(tag(key))]
     }
 
     fn lock<'a>(m: &'a Mutex<Shard>) -> std::sync::MutexGuard<'a, Shard> {
@@ -117,10 +278,10 @@ impl MemoryStore {
         };
         // The tag is hashed once: keys with the same tag share its shard.
         let first_tag = tag(&first.key);
-        let si = Self::shard_of_tag(first_tag);
+        let si = self.shard_of_tag(first_tag);
         if call.items[1..].iter().any(|i| {
             let t = tag(&i.key);
-            t != first_tag && Self::shard_of_tag(t) != si
+            t != first_tag && self.shard_of_tag(t) != si
         }) {
             return Err(StoreError::Server(
                 "keys of one call must share a hash tag".into(),
@@ -174,26 +335,32 @@ impl MemoryStore {
         Ok(result)
     }
 
-    fn insert(&self, map: &mut KeyedMap<InlineKey, Entry>, key: &str, e: Entry, now: Micros) {
-        if let Some(slot) = map.get_mut(key.as_bytes()) {
+    /// Sets a key's entry; a new key at its shard's bound first makes room (see the module
+    /// doc): a constant number of slots, however large the shard.
+    fn insert(&self, map: &mut Table, key: &str, e: Entry, now: Micros) {
+        let key = key.as_bytes();
+        let h = map.hash(key);
+        if let Some((_, slot)) = map.slots.find_mut(h, |(k, _)| k.as_slice() == key) {
             *slot = e;
             return;
         }
         if map.len() >= self.per_shard_cap {
-            map.retain(|_, v| v.expires > now);
+            map.sweep_step(now);
         }
-        if map.len() >= self.per_shard_cap {
-            let victim = map
-                .iter()
-                .take(EVICTION_SAMPLE)
-                .min_by_key(|(_, v)| v.expires)
-                .map(|(k, _)| k.clone());
-            if let Some(v) = victim {
-                map.remove(&v);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-            }
+        if map.len() >= self.per_shard_cap
+            && let Some(victim) = map.evict_sampled()
+            && victim.expires > now
+        {
+            // An expired victim is a sweep, not an eviction: it held nothing.
+            self.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        map.insert(InlineKey::from_slice(key.as_bytes()), e);
+        #[cfg(test)]
+        self.visited
+            .fetch_add(std::mem::take(&mut map.visited), Ordering::Relaxed);
+        let Table { slots, hasher, .. } = map;
+        slots.insert_unique(h, (InlineKey::from_slice(key), e), |(k, _)| {
+            hasher.hash_one(k.as_slice())
+        });
     }
 
     /// Frees a concurrency slot.
@@ -220,13 +387,24 @@ impl MemoryStore {
     }
 
     /// Drops expired entries; returns how many. The daemon calls it on a timer.
+    ///
+    /// A shard's lock is held for 4,096 slots at a time, so a call on the shard
+    /// waits for one chunk at most, not for the whole shard. Entries that a table growing
+    /// between two chunks moves behind the sweep wait for the next sweep.
     pub fn sweep(&self, now: Micros) -> usize {
         let mut n = 0;
         for s in &self.shards {
-            let m = &mut Self::lock(s).map;
-            let before = m.len();
-            m.retain(|_, v| v.expires > now);
-            n += before - m.len();
+            let mut at = 0;
+            loop {
+                let map = &mut Self::lock(s).map;
+                let buckets = map.slots.num_buckets();
+                if at >= buckets {
+                    break;
+                }
+                let len = SWEEP_CHUNK.min(buckets - at);
+                n += map.sweep_slots(at, len, now);
+                at += len;
+            }
         }
         n
     }
@@ -289,6 +467,7 @@ mod tests {
     use super::*;
     use sluice_core::algo::Window;
     use sluice_core::batch::Item;
+    use sluice_core::hash::stable_hash;
     use sluice_core::{Params, Remote};
 
     #[test]
@@ -346,6 +525,153 @@ mod tests {
         }
         assert!(s.len() <= SHARDS);
         assert!(s.evictions() > 0);
+    }
+
+    /// A fixed window of `window` µs: a key written at `now` expires at the window's end.
+    fn window(window: Micros) -> Params {
+        Params::FixedWindow {
+            limit: 1_000,
+            window: Window::Epoch(window),
+        }
+    }
+
+    fn shard_lens(s: &MemoryStore) -> Vec<usize> {
+        s.shards
+            .iter()
+            .map(|m| MemoryStore::lock(m).map.len())
+            .collect()
+    }
+
+    #[test]
+    fn keys_aimed_at_one_shard_by_the_public_hash_spread_over_all() {
+        // Tags the public hash (FNV-1a, in the source) sends to shard 0: what a client who
+        // read the code would send to load one shard's lock and fill its bound.
+        let aimed: Vec<String> = (0..)
+            .map(|i| format!("t{i}"))
+            .filter(|t| stable_hash(&[t]).is_multiple_of(SHARDS as u64))
+            .take(640)
+            .collect();
+        let s = MemoryStore::new(1 << 20);
+        for t in &aimed {
+            s.check_sync(&call(&format!("sl:{{{t}}}:r"), 0, window(1_000)))
+                .expect("ok");
+        }
+        let lens = shard_lens(&s);
+        // About 10 per shard under a secret seed; one shard with a fifth is already aimed.
+        assert!(
+            lens.iter().all(|&n| n < aimed.len() / 5),
+            "keys per shard: {lens:?}"
+        );
+        assert!(
+            lens.iter().filter(|&&n| n > 0).count() > SHARDS / 2,
+            "{lens:?}"
+        );
+    }
+
+    #[test]
+    fn a_seeded_store_is_reproducible() {
+        let run = |seed| {
+            let s = MemoryStore::with_seed(SHARDS * 8, seed);
+            for i in 0..2_000u64 {
+                s.check_sync(&call(
+                    &format!("sl:{{k{}}}:r", i % 700),
+                    i,
+                    window(i % 5 * 100 + 50),
+                ))
+                .expect("ok");
+            }
+            let live: Vec<bool> = (0..700)
+                .map(|i| s.get(&format!("sl:{{k{i}}}:r"), 2_000).is_some())
+                .collect();
+            (shard_lens(&s), live, s.evictions())
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7).0, run(8).0);
+    }
+
+    #[test]
+    fn the_bound_evicts_the_soonest_expiring_wherever_they_sit() {
+        // One identity (one hash tag, so one shard) at a bound of `cap` keys.
+        let cap = 256;
+        let s = MemoryStore::with_seed(cap * SHARDS, 1);
+        let old = |i| format!("sl:{{one}}:old{i}");
+        // `cap` keys expiring at 1 s fill the shard...
+        for i in 0..cap {
+            s.check_sync(&call(&old(i), 0, window(1_000_000)))
+                .expect("ok");
+        }
+        // ...then twice as many keys expiring at 2 s arrive, each evicting one key.
+        for i in 0..2 * cap {
+            s.check_sync(&call(&format!("sl:{{one}}:new{i}"), 1, window(2_000_000)))
+                .expect("ok");
+        }
+        assert_eq!(s.evictions(), 2 * cap as u64);
+        // The old keys expire first, so they are the ones to go, wherever their slots are.
+        let left = (0..cap).filter(|&i| s.get(&old(i), 1).is_some()).count();
+        assert!(left <= cap / 20, "{left} of {cap} old keys left");
+    }
+
+    #[test]
+    fn an_insert_at_the_bound_visits_a_bounded_number_of_entries() {
+        let cap = 4_096;
+        let s = MemoryStore::with_seed(cap * SHARDS, 2);
+        for i in 0..cap {
+            s.check_sync(&call(&format!("sl:{{one}}:a{i}"), 0, window(1_000_000)))
+                .expect("ok");
+        }
+        let before = s.visited.load(Ordering::Relaxed);
+        let inserts = 4 * cap;
+        let mut most = 0;
+        for i in 0..inserts {
+            let at = s.visited.load(Ordering::Relaxed);
+            s.check_sync(&call(&format!("sl:{{one}}:b{i}"), 1, window(2_000_000)))
+                .expect("ok");
+            most = most.max(s.visited.load(Ordering::Relaxed) - at);
+        }
+        assert_eq!(s.evictions(), inserts as u64);
+        // Independent of the shard's size: a few sampled entries and a few swept slots.
+        let per_insert = (s.visited.load(Ordering::Relaxed) - before) / inserts as u64;
+        assert!(per_insert <= 64, "{per_insert} entries visited per insert");
+        assert!(
+            most <= (SWEEP_STEP + EVICTION_SAMPLE * MAX_PROBE) as u64,
+            "{most} entries visited by one insert"
+        );
+    }
+
+    #[test]
+    fn at_the_bound_expired_keys_make_room_before_live_ones_go() {
+        let cap = 256;
+        let s = MemoryStore::with_seed(cap * SHARDS, 3);
+        for i in 0..cap {
+            s.check_sync(&call(&format!("sl:{{one}}:old{i}"), 0, window(1_000)))
+                .expect("ok");
+        }
+        // Every old key has expired: the new ones replace them without an eviction.
+        for i in 0..cap {
+            s.check_sync(&call(
+                &format!("sl:{{one}}:new{i}"),
+                1_000,
+                window(1_000_000),
+            ))
+            .expect("ok");
+        }
+        assert_eq!(s.evictions(), 0);
+        assert!((0..cap).all(|i| s.get(&format!("sl:{{one}}:new{i}"), 1_000).is_some()));
+        assert_eq!(s.len(), cap);
+    }
+
+    #[test]
+    fn sweep_drops_every_expired_key_of_a_shard_larger_than_a_chunk() {
+        let s = MemoryStore::with_seed(1 << 20, 4);
+        let n = 3 * SWEEP_CHUNK;
+        for i in 0..n {
+            let ends = if i % 2 == 0 { 1_000 } else { 1_000_000 };
+            s.check_sync(&call(&format!("sl:{{one}}:k{i}"), 0, window(ends)))
+                .expect("ok");
+        }
+        assert_eq!(s.sweep(1_000), n / 2);
+        assert_eq!(s.len(), n / 2);
+        assert_eq!(s.sweep(1_000), 0);
     }
 
     #[test]
