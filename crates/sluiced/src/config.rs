@@ -101,6 +101,9 @@ pub struct Config {
     /// Regions: gossip with the other regions' daemons (docs/regions.md); off without an
     /// address.
     pub gossip: crate::regions::GossipConfig,
+    /// Resource limits and self-protection: message size, connections, deadlines, checks in
+    /// flight (docs/failure.md).
+    pub limits: crate::limits::LimitsConfig,
 }
 
 impl Default for Config {
@@ -132,6 +135,7 @@ impl Default for Config {
             log: "info".into(),
             envoy: crate::envoy::EnvoyConfig::default(),
             gossip: crate::regions::GossipConfig::default(),
+            limits: crate::limits::LimitsConfig::default(),
         }
     }
 }
@@ -170,6 +174,7 @@ impl Config {
             "local_factor must be in (0, 1]"
         );
         self.gossip.validate()?;
+        self.limits.validate()?;
         Ok(())
     }
 

@@ -13,6 +13,8 @@
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
+//! - [`limits`]: resource limits and self-protection (sizes, deadlines, connections, checks
+//!   in flight) and the HTTP ports' accept loop.
 //! - [`metrics`]: Prometheus text exposition.
 //! - [`control`]: the rule source (YAML file or PostgreSQL) and the admin API.
 //! - [`regions`]: gossip with the other regions (the delta shipper and the merge layer).
@@ -24,6 +26,7 @@ pub mod envoy;
 pub mod grpc;
 pub mod http;
 pub mod journal;
+pub mod limits;
 pub mod metrics;
 pub mod regions;
 pub mod unary;
