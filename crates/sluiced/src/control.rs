@@ -3,6 +3,7 @@
 //! sluice-control; this module only chooses and starts it, so `run` stays readable.
 
 use crate::config::Config;
+use crate::limits::{BodyLimits, Guard, Port};
 use anyhow::Context as _;
 use sluice_control::Published;
 use sluice_control::admin::{AdminConfig, AdminState};
@@ -127,24 +128,34 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
 }
 
 /// Serves the admin API on `listener` until `stop`: read-write over PostgreSQL, read-only
-/// over the file source.
+/// over the file source; within the port limits of `guard` (connections, header and body
+/// deadlines; the API's own body caps per route).
 pub fn spawn_admin(
     cfg: &Config,
     listener: TcpListener,
     rules: &Rules,
-    mut stop: watch::Receiver<bool>,
+    guard: Arc<Guard>,
+    stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let auth = admin_auth(cfg);
     let state = match &rules.store {
         Some(store) => AdminState::postgres(store.clone(), auth),
         None => AdminState::read_only(rules.published.clone(), auth),
     };
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stop.changed().await;
-        };
-        if let Err(e) = sluice_control::admin::serve_admin(listener, state, shutdown).await {
-            tracing::error!(error = %e, "admin API stopped");
-        }
-    })
+    let bounds = BodyLimits {
+        guard: guard.clone(),
+        port: Port::Admin,
+        max_bytes: None,
+    };
+    let app = sluice_control::admin::router(state).layer(axum::middleware::from_fn_with_state(
+        bounds,
+        crate::limits::bounded_body,
+    ));
+    tokio::spawn(crate::limits::serve_http(
+        listener,
+        app,
+        guard,
+        Port::Admin,
+        stop,
+    ))
 }

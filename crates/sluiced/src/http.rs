@@ -1,22 +1,24 @@
 //! The HTTP JSON API (`POST /v1/limits:check`, `POST /v1/limits:release`), `/healthz` and
 //! `/metrics`. Bodies are parsed by hand from bytes so that every malformed body gets a 400
 //! with a message that says what is wrong, never a 500.
+//!
+//! Bodies are bounded by `limits.max_message_bytes` (413) and `limits.body_timeout_ms` (408);
+//! checks past `limits.max_in_flight` are shed with a 503 and `Retry-After: 1`
+//! ([`crate::limits`]).
 
 use crate::engine::{CheckError, Checked, Engine};
-use axum::Router;
+use crate::limits::{BodyLimits, Guard, Port};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_core::decision::headers;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Largest accepted request body.
-pub const MAX_BODY: usize = 64 * 1024;
 
 /// A parsed `POST /v1/limits:check` body.
 #[derive(Debug, Deserialize)]
@@ -80,7 +82,14 @@ fn check_error(e: CheckError) -> Response {
     bad_request(e)
 }
 
-async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
+async fn check(
+    State(engine): State<Arc<Engine>>,
+    Extension(guard): Extension<Arc<Guard>>,
+    body: Bytes,
+) -> Response {
+    let Some(_in_flight) = guard.enter(Port::Http) else {
+        return crate::limits::shed_response(&guard);
+    };
     let b: CheckBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
@@ -104,7 +113,14 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
     }
 }
 
-async fn release(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
+async fn release(
+    State(engine): State<Arc<Engine>>,
+    Extension(guard): Extension<Arc<Guard>>,
+    body: Bytes,
+) -> Response {
+    let Some(_in_flight) = guard.enter(Port::Http) else {
+        return crate::limits::shed_response(&guard);
+    };
     let b: ReleaseBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return bad_request(format!("invalid release body: {e}")),
@@ -187,15 +203,26 @@ async fn not_found() -> Response {
         .into_response()
 }
 
-/// The public HTTP router.
-pub fn router(engine: Arc<Engine>) -> Router {
+/// The public HTTP router, within `guard`'s limits.
+pub fn router(engine: Arc<Engine>, guard: Arc<Guard>) -> Router {
+    let max = guard.limits().max_message_bytes;
+    let bounds = BodyLimits {
+        guard: guard.clone(),
+        port: Port::Http,
+        max_bytes: Some(max),
+    };
     Router::new()
         .route("/v1/limits:check", post(check))
         .route("/v1/limits:release", post(release))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(max))
+        .layer(axum::middleware::from_fn_with_state(
+            bounds,
+            crate::limits::bounded_body,
+        ))
+        .layer(Extension(guard))
         .with_state(engine)
 }
 

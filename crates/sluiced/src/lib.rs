@@ -102,6 +102,8 @@ pub async fn run(
     let (store, memory) = build_store(&cfg).await?;
     tracing::info!(store = store.kind(), "counter store ready");
     let metrics = Arc::new(metrics::Metrics::default());
+    let guard = Arc::new(limits::Guard::new(cfg.limits.clone()));
+    metrics.add_exporter(guard.clone());
     let mut engine = Engine::new(
         published.clone(),
         store,
@@ -169,29 +171,26 @@ pub async fn run(
 
     let http_addr = listeners.http.local_addr()?;
     let grpc_addr = listeners.grpc.local_addr()?;
-    let http = {
-        let mut stop = stop_rx.clone();
-        let app = http::router(engine.clone());
-        tokio::spawn(async move {
-            axum::serve(listeners.http, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.changed().await;
-                })
-                .await
-        })
-    };
+    let http = tokio::spawn(limits::serve_http(
+        listeners.http,
+        http::router(engine.clone(), guard.clone()),
+        guard.clone(),
+        limits::Port::Http,
+        stop_rx.clone(),
+    ));
     let grpc = {
         let services = Arc::new(unary::Services {
             limiter: grpc::LimiterService {
                 engine: engine.clone(),
             },
             envoy: envoy::RateLimitService::new(engine.clone(), cfg.envoy.clone()),
+            guard: guard.clone(),
         });
         tokio::spawn(unary::serve(listeners.grpc, services, stop_rx.clone()))
     };
     let admin = listeners
         .admin
-        .map(|l| control::spawn_admin(&cfg, l, &rules, stop_rx.clone()));
+        .map(|l| control::spawn_admin(&cfg, l, &rules, guard.clone(), stop_rx.clone()));
     tracing::info!(%http_addr, %grpc_addr, region = %cfg.region, daemon = %cfg.daemon_id(), "sluiced serving");
 
     shutdown.await;
@@ -202,7 +201,7 @@ pub async fn run(
     let drain = Duration::from_millis(cfg.drain_timeout_ms);
     match tokio::time::timeout(drain, async { (http.await, grpc.await) }).await {
         Ok((h, g)) => {
-            h.context("http task")?.context("http server")?;
+            h.context("http task")?;
             g.context("grpc task")?;
         }
         Err(_) => tracing::warn!(

@@ -10,13 +10,20 @@
 //!
 //! What it keeps of the gRPC over HTTP/2 protocol: `POST` with `content-type:
 //! application/grpc[+proto]`, length-prefixed uncompressed messages up to
-//! [`MAX_MESSAGE`] bytes, `grpc-status`/`grpc-message` trailers (a trailers-only response for
-//! errors), `UNIMPLEMENTED` for unknown methods and compressed messages. `grpc-timeout` is
-//! not enforced: the engine's store deadline (milliseconds) bounds every decision, and a
-//! caller that gives up resets its stream.
+//! `limits.max_message_bytes` (a bigger one is `RESOURCE_EXHAUSTED` from its prefix, unread),
+//! `grpc-status`/`grpc-message` trailers (a trailers-only response for errors),
+//! `UNIMPLEMENTED` for unknown methods and compressed messages, and `grpc-timeout`: a call
+//! whose caller's deadline has passed is not started, or stops waiting, and is answered
+//! `DEADLINE_EXCEEDED`.
+//!
+//! What one connection may hold is bounded ([`crate::limits`]): streams, header block and
+//! windows by the HTTP/2 settings, a body by `limits.body_timeout_ms` (the stream is reset),
+//! the handshake by `limits.header_timeout_ms`; checks past `limits.max_in_flight` are shed
+//! with `UNAVAILABLE`, which Envoy's `failure_mode_deny` applies to.
 
 use crate::envoy::RateLimitService;
 use crate::grpc::LimiterService;
+use crate::limits::{Guard, Port};
 use bytes::{BufMut as _, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use sluice_proto::envoy::service::ratelimit::v3 as rls;
@@ -28,24 +35,22 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tonic::{Code, Status};
 
-/// Largest request message accepted, as tonic's default: a gateway's request is a few
-/// hundred bytes, and a bigger one is refused before it is buffered whole.
-pub const MAX_MESSAGE: usize = 4 << 20;
-
-/// Streams one connection may have open at once; a caller past it waits (HTTP/2 flow).
+/// Connection-level receive window: what request bodies one connection may hold, in h2's
+/// buffers and in its calls together (a call returns its message's capacity when it ends,
+/// not when it reads it).
 ///
-/// h2 closes a connection (GOAWAY, ENHANCE_YOUR_CALM) whose peer sent more small DATA frames
-/// that are not the stream's last than the calls have read yet, within a budget of half the
-/// connection window ([`CONN_WINDOW`]). Clients that end a request with an empty DATA frame
-/// (grpc-go does) send one such frame per call: at most `MAX_STREAMS` × 256 bytes of
-/// overhead, which the budget must hold with room to spare, or a gateway's burst of calls
-/// would get its connection torn down by the limiter.
-const MAX_STREAMS: u32 = 1024;
-/// Connection-level receive window: its half is h2's budget for small DATA frames.
-const CONN_WINDOW: u32 = 1 << 20;
-const _: () = assert!(MAX_STREAMS as u64 * 256 * 2 <= CONN_WINDOW as u64 / 2);
+/// Its half is also h2's budget for small DATA frames: h2 closes a connection (GOAWAY,
+/// ENHANCE_YOUR_CALM) whose peer sent more small DATA frames that are not the stream's last
+/// than the calls have read yet. Clients that end a request with an empty DATA frame
+/// (grpc-go does) send one such frame per call: at most
+/// [`MAX_GRPC_STREAMS`](crate::limits::MAX_GRPC_STREAMS) × 256 bytes of overhead, which the
+/// budget must hold with room to spare, or a gateway's burst of calls would get its
+/// connection torn down by the limiter.
+pub const CONN_WINDOW: u32 = 1 << 20;
+const _: () = assert!(crate::limits::MAX_GRPC_STREAMS as u64 * 256 * 2 <= CONN_WINDOW as u64 / 2);
 
 /// The services behind the port.
 pub struct Services {
@@ -53,6 +58,8 @@ pub struct Services {
     pub limiter: LimiterService,
     /// `envoy.service.ratelimit.v3.RateLimitService`.
     pub envoy: RateLimitService,
+    /// The limits in force, shared with the HTTP port.
+    pub guard: Arc<Guard>,
 }
 
 /// The methods served, by path.
@@ -88,7 +95,11 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
-                    conns.spawn(connection(tcp, services.clone(), stop.clone()));
+                    let Some(permit) = services.guard.connection(Port::Grpc) else {
+                        crate::limits::refuse(tcp);
+                        continue;
+                    };
+                    conns.spawn(connection(tcp, services.clone(), permit, stop.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, mostly: back off rather than spin.
@@ -105,25 +116,52 @@ pub async fn serve(
 }
 
 /// One client connection: HTTP/2 with a task per call, so a call waiting on the store does
-/// not hold up the others.
-async fn connection(tcp: TcpStream, services: Arc<Services>, mut stop: watch::Receiver<bool>) {
+/// not hold up the others. Closed if its preface and SETTINGS (confirmed by a PING answered)
+/// have not arrived within `limits.header_timeout_ms`.
+async fn connection(
+    tcp: TcpStream,
+    services: Arc<Services>,
+    permit: crate::limits::Connection,
+    mut stop: watch::Receiver<bool>,
+) {
     let _ = tcp.set_nodelay(true);
+    let limits = services.guard.limits();
+    let settled_by = Instant::now() + limits.header_timeout();
+    // A stream's window holds its largest message, so no call waits on a window update.
+    let stream_window = u32::try_from(limits.max_message_bytes + 5).unwrap_or(u32::MAX);
     let handshake = h2::server::Builder::new()
-        .initial_window_size(1 << 20)
+        .initial_window_size(stream_window)
         .initial_connection_window_size(CONN_WINDOW)
-        .max_concurrent_streams(MAX_STREAMS)
-        .max_header_list_size(16 << 10)
+        .max_concurrent_streams(limits.grpc_max_concurrent_streams)
+        .max_header_list_size(limits.max_header_bytes)
+        .max_frame_size(16 << 10)
+        .max_send_buffer_size(64 << 10)
         .handshake::<_, Bytes>(tcp);
     let mut conn = tokio::select! {
-        c = handshake => match c {
-            Ok(c) => c,
-            Err(e) => {
+        c = tokio::time::timeout_at(settled_by, handshake) => match c {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
                 tracing::debug!(error = %e, "gRPC handshake failed");
+                return;
+            }
+            Err(_) => {
+                services.guard.handshake_timed_out();
                 return;
             }
         },
         _ = stop.changed() => return,
     };
+    // The client's SETTINGS must precede anything else it sends: its answer to a PING means
+    // they arrived.
+    let pong = conn.ping_pong();
+    let settled = async move {
+        match pong {
+            Some(mut p) => p.ping(h2::Ping::opaque()).await.is_ok(),
+            None => true,
+        }
+    };
+    tokio::pin!(settled);
+    let mut confirmed = false;
     let mut stopping = *stop.borrow();
     if stopping {
         conn.graceful_shutdown();
@@ -136,25 +174,42 @@ async fn connection(tcp: TcpStream, services: Arc<Services>, mut stop: watch::Re
                 }
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "gRPC connection ended");
-                    return;
+                    break;
                 }
-                None => return,
+                None => break,
             },
+            ok = &mut settled, if !confirmed => {
+                if !ok {
+                    break;
+                }
+                confirmed = true;
+            }
+            _ = tokio::time::sleep_until(settled_by), if !confirmed => {
+                services.guard.handshake_timed_out();
+                break;
+            }
             _ = stop.changed(), if !stopping => {
                 stopping = true;
                 conn.graceful_shutdown();
             }
         }
     }
+    drop(permit);
 }
 
 /// One call: checks the request, reads its message, runs the method, sends the answer.
+///
+/// Its body (the message's flow-control capacity) is held until the call ends, so that what
+/// a connection's calls hold is bounded by the connection window.
 async fn call(
     services: Arc<Services>,
     req: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
-    let (parts, body) = req.into_parts();
+    let started = Instant::now();
+    let guard = &services.guard;
+    let limits = guard.limits();
+    let (parts, mut body) = req.into_parts();
     if parts.method != http::Method::POST {
         let _ = respond.send_response(http_status(StatusCode::METHOD_NOT_ALLOWED), true);
         return;
@@ -171,29 +226,55 @@ async fn call(
         let status = Status::unimplemented(format!("unknown method {}", parts.uri.path()));
         return fail(&mut respond, &status);
     };
-    let msg = match read_message(body).await {
-        Ok(m) => m,
+    let deadline = match grpc_timeout(&parts.headers) {
+        Ok(t) => t.map(|t| started.checked_add(t).unwrap_or(started + FAR)),
         Err(status) => return fail(&mut respond, &status),
     };
-    let answer = match method {
-        Method::Check => {
-            run(&msg, |m: pb::CheckRequest| {
-                services.limiter.check(tonic::Request::new(m))
-            })
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        guard.deadline_exceeded();
+        return fail(&mut respond, &deadline_passed());
+    }
+    let body_by = started + limits.body_timeout();
+    let read_by = deadline.map_or(body_by, |d| d.min(body_by));
+    let msg =
+        match tokio::time::timeout_at(read_by, read_message(&mut body, limits.max_message_bytes))
             .await
-        }
-        Method::Release => {
-            run(&msg, |m: pb::ReleaseRequest| {
-                services.limiter.release(tonic::Request::new(m))
-            })
-            .await
-        }
-        Method::ShouldRateLimit => {
-            run(&msg, |m: rls::RateLimitRequest| {
-                services.envoy.should_rate_limit(tonic::Request::new(m))
-            })
-            .await
-        }
+        {
+            Ok(Ok(m)) => m,
+            Ok(Err(status)) => {
+                if status.code() == Code::ResourceExhausted {
+                    guard.too_large(Port::Grpc);
+                }
+                return fail(&mut respond, &status);
+            }
+            Err(_) if read_by < body_by => {
+                guard.deadline_exceeded();
+                return fail(&mut respond, &deadline_passed());
+            }
+            Err(_) => {
+                // The body never came: the stream is reset, and its place on the connection freed.
+                guard.body_timed_out(Port::Grpc);
+                respond.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+        };
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        guard.deadline_exceeded();
+        return fail(&mut respond, &deadline_passed());
+    }
+    let Some(_in_flight) = guard.enter(Port::Grpc) else {
+        return fail(&mut respond, &shed(limits.max_in_flight));
+    };
+    let work = dispatch(&services, method, msg);
+    let answer = match deadline {
+        Some(d) => match tokio::time::timeout_at(d, work).await {
+            Ok(a) => a,
+            Err(_) => {
+                guard.deadline_exceeded();
+                Err(deadline_passed())
+            }
+        },
+        None => work.await,
     };
     match answer {
         Ok(body) => {
@@ -215,6 +296,80 @@ async fn call(
             }
         }
         Err(status) => fail(&mut respond, &status),
+    }
+    drop(body);
+}
+
+/// A deadline far enough to be none, for a `grpc-timeout` beyond what `Instant` holds.
+const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The caller's deadline passed before its call could be answered.
+fn deadline_passed() -> Status {
+    Status::deadline_exceeded("the caller's deadline (grpc-timeout) passed")
+}
+
+/// The answer to a check shed at the in-flight bound: `UNAVAILABLE` (which gRPC clients may
+/// retry, and Envoy's `failure_mode_deny` applies to), with a pushback hint.
+fn shed(max: usize) -> Status {
+    let mut md = tonic::metadata::MetadataMap::with_capacity(1);
+    md.insert(
+        "grpc-retry-pushback-ms",
+        tonic::metadata::MetadataValue::from_static("100"),
+    );
+    Status::with_metadata(
+        Code::Unavailable,
+        format!("overloaded: {max} checks are being decided (limits.max_in_flight); retry shortly"),
+        md,
+    )
+}
+
+/// The caller's `grpc-timeout` (`1*8DIGIT` and a unit of `H M S m u n`), if it sent one.
+fn grpc_timeout(headers: &HeaderMap) -> Result<Option<Duration>, Status> {
+    let Some(v) = headers.get("grpc-timeout") else {
+        return Ok(None);
+    };
+    let bad = || Status::internal(format!("malformed grpc-timeout {v:?}"));
+    let b = v.as_bytes();
+    let (digits, unit) = b.split_at(b.len().saturating_sub(1));
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(bad());
+    }
+    let n = digits
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    let t = match unit {
+        b"H" => Duration::from_secs(n * 3600),
+        b"M" => Duration::from_secs(n * 60),
+        b"S" => Duration::from_secs(n),
+        b"m" => Duration::from_millis(n),
+        b"u" => Duration::from_micros(n),
+        b"n" => Duration::from_nanos(n),
+        _ => return Err(bad()),
+    };
+    Ok(Some(t))
+}
+
+/// Decodes the message for `method`, runs it, and encodes its answer.
+async fn dispatch(services: &Services, method: Method, msg: Bytes) -> Result<Bytes, Status> {
+    match method {
+        Method::Check => {
+            run(&msg, |m: pb::CheckRequest| {
+                services.limiter.check(tonic::Request::new(m))
+            })
+            .await
+        }
+        Method::Release => {
+            run(&msg, |m: pb::ReleaseRequest| {
+                services.limiter.release(tonic::Request::new(m))
+            })
+            .await
+        }
+        Method::ShouldRateLimit => {
+            run(&msg, |m: rls::RateLimitRequest| {
+                services.envoy.should_rate_limit(tonic::Request::new(m))
+            })
+            .await
+        }
     }
 }
 
@@ -239,52 +394,48 @@ where
 }
 
 /// Reads the request body to its end and returns its one message, without the prefix.
-async fn read_message(mut body: h2::RecvStream) -> Result<Bytes, Status> {
+///
+/// The prefix is checked as soon as its five bytes are in: a message declared larger than
+/// `max` is refused before any more of it is read. The capacity is not released here: the
+/// call holds it until it ends (see [`CONN_WINDOW`]).
+async fn read_message(body: &mut h2::RecvStream, max: usize) -> Result<Bytes, Status> {
     // Most requests arrive in one DATA frame: it is used as it is, without a copy.
-    let mut first: Option<Bytes> = None;
-    let mut more = BytesMut::new();
+    let mut one: Option<Bytes> = None;
+    let mut many = BytesMut::new();
+    let mut declared: Option<usize> = None;
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(|e| Status::cancelled(format!("request body: {e}")))?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        match &first {
-            None => first = Some(chunk),
-            Some(f) => {
-                if more.is_empty() {
-                    more.extend_from_slice(f);
-                }
-                more.extend_from_slice(&chunk);
-            }
-        }
-        let have = if more.is_empty() {
-            first.as_ref().map_or(0, Bytes::len)
+        if let Some(f) = one.take() {
+            many.extend_from_slice(&f);
+            many.extend_from_slice(&chunk);
+        } else if many.is_empty() {
+            one = Some(chunk);
         } else {
-            more.len()
-        };
-        if have > MAX_MESSAGE + 5 {
-            return Err(Status::resource_exhausted(format!(
-                "request larger than {MAX_MESSAGE} bytes"
+            many.extend_from_slice(&chunk);
+        }
+        let have: &[u8] = one.as_deref().unwrap_or(&many);
+        if declared.is_none()
+            && let Some(p) = have.first_chunk::<5>()
+        {
+            declared = Some(prefix(p, max)?);
+        }
+        if let Some(len) = declared
+            && have.len() > len + 5
+        {
+            return Err(Status::internal(format!(
+                "the gRPC prefix says {len} bytes, the body holds more"
             )));
         }
     }
-    let mut buf = if more.is_empty() {
-        first.unwrap_or_default()
-    } else {
-        more.freeze()
-    };
-    frame(&mut buf)?;
+    let mut buf = one.unwrap_or_else(|| many.freeze());
+    frame(&mut buf, max)?;
     Ok(buf)
 }
 
-/// Strips the 5-byte gRPC prefix from a whole body, checking it holds exactly one
-/// uncompressed message.
-fn frame(buf: &mut Bytes) -> Result<(), Status> {
-    if buf.len() < 5 {
-        return Err(Status::internal(format!(
-            "request of {} bytes holds no gRPC message",
-            buf.len()
-        )));
-    }
-    match buf[0] {
+/// Checks a message's 5-byte prefix: uncompressed, and at most `max` bytes long, which it
+/// returns.
+fn prefix(p: &[u8; 5], max: usize) -> Result<usize, Status> {
+    match p[0] {
         0 => {}
         1 => {
             // The gRPC spec: UNIMPLEMENTED, and the encodings the server accepts.
@@ -305,12 +456,26 @@ fn frame(buf: &mut Bytes) -> Result<(), Status> {
             )));
         }
     }
-    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-    if len > MAX_MESSAGE {
+    let len = u32::from_be_bytes([p[1], p[2], p[3], p[4]]) as usize;
+    if len > max {
+        // As gRPC's own servers word it.
         return Err(Status::resource_exhausted(format!(
-            "request larger than {MAX_MESSAGE} bytes"
+            "received message larger than max ({len} vs. {max})"
         )));
     }
+    Ok(len)
+}
+
+/// Strips the 5-byte gRPC prefix from a whole body, checking it holds exactly one
+/// uncompressed message of at most `max` bytes.
+fn frame(buf: &mut Bytes, max: usize) -> Result<(), Status> {
+    let Some(p) = buf.first_chunk::<5>() else {
+        return Err(Status::internal(format!(
+            "request of {} bytes holds no gRPC message",
+            buf.len()
+        )));
+    };
+    let len = prefix(p, max)?;
     if buf.len() - 5 != len {
         return Err(Status::internal(format!(
             "the gRPC prefix says {len} bytes, the body holds {}",
@@ -361,6 +526,8 @@ fn percent_encode(s: &str) -> String {
 mod tests {
     use super::*;
 
+    const MAX: usize = 64 << 10;
+
     fn framed(flag: u8, msg: &[u8]) -> Bytes {
         let mut b = BytesMut::new();
         b.put_u8(flag);
@@ -372,10 +539,10 @@ mod tests {
     #[test]
     fn a_whole_message_is_unframed() {
         let mut b = framed(0, b"hello");
-        frame(&mut b).expect("one message");
+        frame(&mut b, MAX).expect("one message");
         assert_eq!(&b[..], b"hello");
         let mut empty = framed(0, b"");
-        frame(&mut empty).expect("an empty message is a default one");
+        frame(&mut empty, MAX).expect("an empty message is a default one");
         assert!(empty.is_empty());
     }
 
@@ -383,11 +550,11 @@ mod tests {
     fn bad_frames_are_refused_with_their_reason() {
         let mut short = Bytes::from_static(b"\0\0\0");
         assert_eq!(
-            frame(&mut short).expect_err("refused").code(),
+            frame(&mut short, MAX).expect_err("refused").code(),
             Code::Internal
         );
         let mut zipped = framed(1, b"x");
-        let zipped = frame(&mut zipped).expect_err("refused");
+        let zipped = frame(&mut zipped, MAX).expect_err("refused");
         assert_eq!(zipped.code(), Code::Unimplemented);
         assert_eq!(
             zipped
@@ -398,25 +565,64 @@ mod tests {
         );
         let mut unframed = framed(10, b"x");
         assert_eq!(
-            frame(&mut unframed).expect_err("refused").code(),
+            frame(&mut unframed, MAX).expect_err("refused").code(),
             Code::Internal
         );
         let mut truncated = framed(0, b"hello");
         let mut t = truncated.split_to(truncated.len() - 1);
-        assert_eq!(frame(&mut t).expect_err("refused").code(), Code::Internal);
+        assert_eq!(
+            frame(&mut t, MAX).expect_err("refused").code(),
+            Code::Internal
+        );
         let mut two = BytesMut::from(&framed(0, b"a")[..]);
         two.extend_from_slice(&framed(0, b"b"));
         assert_eq!(
-            frame(&mut two.freeze()).expect_err("refused").code(),
+            frame(&mut two.freeze(), MAX).expect_err("refused").code(),
             Code::Internal
         );
         let mut huge = BytesMut::new();
         huge.put_u8(0);
-        huge.put_u32(MAX_MESSAGE as u32 + 1);
+        huge.put_u32(MAX as u32 + 1);
         assert_eq!(
-            frame(&mut huge.freeze()).expect_err("refused").code(),
+            frame(&mut huge.freeze(), MAX).expect_err("refused").code(),
             Code::ResourceExhausted
         );
+    }
+
+    #[test]
+    fn grpc_timeouts_are_read_in_their_units() {
+        let t = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert("grpc-timeout", HeaderValue::from_static(v));
+            grpc_timeout(&h)
+        };
+        assert_eq!(grpc_timeout(&HeaderMap::new()).ok(), Some(None));
+        assert_eq!(t("2H").ok(), Some(Some(Duration::from_secs(7200))));
+        assert_eq!(t("3M").ok(), Some(Some(Duration::from_secs(180))));
+        assert_eq!(t("1S").ok(), Some(Some(Duration::from_secs(1))));
+        assert_eq!(t("250m").ok(), Some(Some(Duration::from_millis(250))));
+        assert_eq!(
+            t("99999999u").ok(),
+            Some(Some(Duration::from_micros(99_999_999)))
+        );
+        assert_eq!(t("1n").ok(), Some(Some(Duration::from_nanos(1))));
+        for bad in ["", "m", "10", "123456789m", "1x", "-1m", "1.5S"] {
+            assert_eq!(
+                t(bad).map_err(|s| s.code()).err(),
+                Some(Code::Internal),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_message_too_large_is_refused_from_its_prefix() {
+        let p = [0, 0, 1, 0, 1];
+        assert_eq!(
+            prefix(&p, 65536).map_err(|s| s.code()).err(),
+            Some(Code::ResourceExhausted)
+        );
+        assert_eq!(prefix(&p, 65537).ok(), Some(65537));
     }
 
     #[test]
