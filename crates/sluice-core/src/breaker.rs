@@ -3,8 +3,13 @@
 //! A struggling Redis must not be hammered by every request: once more than half of the
 //! calls in a window fail, the breaker opens and calls fail fast (each rule's
 //! `on_store_failure` answers); after a cool-off it lets a trickle of probes through and
-//! closes when they succeed. The daemon keeps one per shard; the simulator drives the same
-//! code with its virtual clock.
+//! closes when they succeed. The daemon keeps one per shard and feeds it a monotonic clock
+//! (a wall clock stepped back would stretch the cool-off).
+//!
+//! A call let through holds a [`Permit`] until it reports with [`Breaker::finish`]; a call
+//! that never reports (its caller cancelled it mid-await) gives the permit back with
+//! [`Breaker::abandon`], or a half-open breaker would run out of probes and never call the
+//! shard again.
 //!
 //! ```text
 //! closed --(failures > ratio over window, calls >= min)--> open
@@ -81,6 +86,24 @@ pub struct Breaker {
     /// Per slot of `window / SLOTS`: (slot index, calls, failures).
     slots: [(u64, u64, u64); SLOTS],
     opened: u64,
+    /// Counts half-open episodes, so a permit knows whether its probe is still in flight.
+    episode: u64,
+}
+
+/// What [`Breaker::permit`] hands a call it lets through; give it back by
+/// [`Breaker::finish`] or [`Breaker::abandon`].
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a permit must be finished or abandoned"]
+pub struct Permit {
+    /// The half-open episode whose probe this call is, if it is one.
+    probe: Option<u64>,
+}
+
+impl Permit {
+    /// Whether the call is a half-open probe.
+    pub fn is_probe(&self) -> bool {
+        self.probe.is_some()
+    }
 }
 
 impl Breaker {
@@ -91,6 +114,7 @@ impl Breaker {
             state: BreakerState::Closed,
             slots: [(u64::MAX, 0, 0); SLOTS],
             opened: 0,
+            episode: 0,
         }
     }
 
@@ -119,6 +143,7 @@ impl Breaker {
                     in_flight: 1,
                     successes: 0,
                 };
+                self.episode += 1;
                 true
             }
             BreakerState::Open { .. } => false,
@@ -136,6 +161,48 @@ impl Breaker {
                     false
                 }
             }
+        }
+    }
+
+    /// [`Breaker::allow`], as a permit that says whether the call is a probe.
+    pub fn permit(&mut self, now: Micros) -> Option<Permit> {
+        if !self.allow(now) {
+            return None;
+        }
+        let probe = matches!(self.state, BreakerState::HalfOpen { .. }).then_some(self.episode);
+        Some(Permit { probe })
+    }
+
+    /// Records the result of a permitted call.
+    ///
+    /// While half-open, only this episode's probes move it towards closed: a slow call let
+    /// through earlier says nothing about the shard now when it succeeds, and its failure
+    /// re-opens the breaker like a probe's.
+    pub fn finish(&mut self, now: Micros, permit: Permit, ok: bool) {
+        if matches!(self.state, BreakerState::HalfOpen { .. }) && permit.probe != Some(self.episode)
+        {
+            if !ok {
+                self.trip(now);
+            }
+            return;
+        }
+        self.record(now, ok);
+    }
+
+    /// Gives back the permit of a call that will never report (cancelled while in flight):
+    /// a probe of the current half-open episode frees its place for another probe, and
+    /// counts neither as a success nor as a failure. Anything else is a no-op.
+    pub fn abandon(&mut self, permit: Permit) {
+        if let BreakerState::HalfOpen {
+            in_flight,
+            successes,
+        } = self.state
+            && permit.probe == Some(self.episode)
+        {
+            self.state = BreakerState::HalfOpen {
+                in_flight: in_flight.saturating_sub(1),
+                successes,
+            };
         }
     }
 
@@ -219,6 +286,34 @@ mod tests {
         b.record(now, true);
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.times_opened(), 1);
+    }
+
+    #[test]
+    fn abandoned_probes_free_their_place_and_stale_permits_do_nothing() {
+        let cfg = BreakerConfig {
+            probes: 1,
+            min_calls: 1,
+            ..BreakerConfig::default()
+        };
+        let mut b = Breaker::new(cfg);
+        let p = b.permit(0).expect("closed");
+        assert!(!p.is_probe());
+        b.finish(0, p, false);
+        let now = 10 * SECOND;
+        let probe = b.permit(now).expect("half-open: one probe");
+        assert!(probe.is_probe());
+        assert_eq!(b.permit(now), None, "one probe at a time");
+        b.abandon(probe);
+        let probe = b.permit(now).expect("the abandoned probe's place is free");
+        // A probe of an earlier episode, abandoned late, frees nothing of this one.
+        b.finish(now, probe, false);
+        let later = now + 10 * SECOND;
+        let stale = Permit { probe: Some(1) };
+        let probe = b.permit(later).expect("the second episode's probe");
+        b.abandon(stale);
+        assert_eq!(b.permit(later), None);
+        b.finish(later, probe, true);
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[test]

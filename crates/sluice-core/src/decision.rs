@@ -108,6 +108,39 @@ impl Decision {
     }
 }
 
+/// The decision when deciding itself failed (a bug: the shell caught a panic while matching,
+/// planning or deciding). Every rule that applies takes its failure path as if its store had
+/// failed, without local buckets (`local` rules fail open): the same answer a dead store
+/// would get, never a dropped connection. If matching is what fails, see
+/// [`undecidable`].
+pub fn without_store(
+    domain: &Domain,
+    d: &Descriptors,
+    now: Micros,
+    cost: u64,
+    rules_version: u64,
+) -> Decision {
+    let p = plan(domain, d, now, cost, "", |_| Remote::default());
+    let failed = vec![Answer::Failed { local: None }; p.calls.len()];
+    p.decide(rules_version, &failed)
+}
+
+/// The last resort when not even the rules that apply can be found: `UNAVAILABLE` if the
+/// domain has an enforced fail-closed rule (it might have applied, and "closed" asks not to
+/// run unlimited), allowed otherwise.
+pub fn undecidable(domain: &Domain, rules_version: u64) -> Decision {
+    let mut d = Decision::unlimited(rules_version);
+    if domain
+        .rules
+        .iter()
+        .any(|r| r.mode == Mode::Enforce && r.on_store_failure == FailureMode::Closed)
+    {
+        d.code = Code::Unavailable;
+        d.retry_after_ms = 1000;
+    }
+    d
+}
+
 /// A store call for one identity and the applied rules it covers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedCall {

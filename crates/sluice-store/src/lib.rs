@@ -63,6 +63,13 @@ impl StoreError {
         )
     }
 
+    /// Whether the error says the store (or its shard) is struggling or gone, which is what a
+    /// circuit breaker counts. Corrupt state and a refused argument are problems of one key or
+    /// one request: the store answered, so they never open a breaker for every other caller.
+    pub fn is_outage(&self) -> bool {
+        self.retryable()
+    }
+
     /// A short label for metrics.
     pub fn label(&self) -> &'static str {
         match self {
@@ -87,6 +94,14 @@ pub trait Store: Send + Sync + 'static {
         request_id: &'a str,
         now: Micros,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Whether calls can fail because the store is down or slow (a network store). A store
+    /// without outages (in memory, in the daemon) is never put behind a circuit breaker:
+    /// there is nothing to protect, and a breaker shared by every rule would turn one rule's
+    /// bad key into refusals for all.
+    fn outages(&self) -> bool {
+        true
+    }
 
     /// The shard (Redis node) a key lives on, for per-shard circuit breakers.
     fn shard_of(&self, _key: &str) -> usize {

@@ -416,6 +416,18 @@ impl MemoryStore {
         }
     }
 
+    /// Keeps only the keys `keep` accepts (the daemon drops the local buckets of one store
+    /// shard when that shard recovers, and keeps the others'). A whole scan under each shard's
+    /// lock in turn: for rare events, not the hot path.
+    pub fn retain_keys(&self, keep: impl Fn(&str) -> bool) {
+        for s in &self.shards {
+            Self::lock(s)
+                .map
+                .slots
+                .retain(|(k, _)| std::str::from_utf8(k.as_slice()).map_or(true, &keep));
+        }
+    }
+
     /// Keys held, expired ones included until swept.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| Self::lock(s).map.len()).sum()
@@ -459,6 +471,10 @@ impl Store for MemoryStore {
 
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    fn outages(&self) -> bool {
+        false
     }
 }
 

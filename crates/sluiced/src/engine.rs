@@ -1,12 +1,19 @@
 //! The hot path, as a thin async shell around the core: load the rule snapshot, plan with the
 //! core, run one store call per identity (concurrently, each under its deadline), fall back to
 //! local buckets where a call failed, and let the core decide.
+//!
+//! Nothing a check does can take the daemon's answer away: a store call goes through its
+//! shard's breaker with a permit that is given back however the call ends (a cancelled check
+//! leaks no probe), only outages count against a breaker, a store without outages (memory)
+//! has none, and a panic anywhere in deciding takes the rules' failure path
+//! ([`sluice_core::decision::without_store`]).
 
+use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
 use futures_util::FutureExt as _;
 use sluice_control::Published;
 use sluice_core::algo::{Kind, MAX_LIMIT};
-use sluice_core::breaker::{Breaker, BreakerConfig, BreakerState};
+use sluice_core::breaker::{Breaker, BreakerConfig, BreakerState, Permit};
 use sluice_core::decision::{Answer, Code, Decision, Via, plan};
 use sluice_core::matching::{Descriptors, InputError, applicable};
 use sluice_core::{Micros, Remote};
@@ -83,8 +90,11 @@ pub struct Engine {
     pub usage: Option<Arc<dyn UsageSink>>,
     /// Admissions to quotas decided while the store failed, replayed once it is back.
     pub journal: Option<Arc<crate::journal::Journal>>,
-    /// One circuit breaker per store shard (shard index modulo [`BREAKERS`]).
+    /// One circuit breaker per store shard (shard index modulo [`BREAKERS`]); none for a
+    /// store without outages.
     breakers: Vec<Mutex<Breaker>>,
+    /// Wall time for rules and stores, monotonic time for the breakers.
+    clock: Arc<dyn Clock>,
     daemon_tag: String,
     seq: AtomicU64,
 }
@@ -103,10 +113,12 @@ impl Engine {
         daemon_tag: String,
         breaker: BreakerConfig,
     ) -> Engine {
+        let breakers = if store.outages() { BREAKERS } else { 0 };
         Engine {
-            breakers: (0..BREAKERS)
+            breakers: (0..breakers)
                 .map(|_| Mutex::new(Breaker::new(breaker)))
                 .collect(),
+            clock: Arc::new(SystemClock::new()),
             rules,
             store,
             local: MemoryStore::new(100_000),
@@ -121,14 +133,25 @@ impl Engine {
         }
     }
 
-    fn breaker(&self, key: &str) -> (usize, std::sync::MutexGuard<'_, Breaker>) {
-        let shard = self.store.shard_of(key) % BREAKERS;
-        (
-            shard,
-            self.breakers[shard]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        )
+    /// The engine on another clock (tests drive it in virtual time).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Engine {
+        self.clock = clock;
+        self
+    }
+
+    /// Wall-clock now as the engine reads it (epoch µs).
+    pub fn now(&self) -> Micros {
+        self.clock.now()
+    }
+
+    fn shard(&self, key: &str) -> usize {
+        self.store.shard_of(key) % BREAKERS
+    }
+
+    fn breaker(&self, shard: usize) -> Option<std::sync::MutexGuard<'_, Breaker>> {
+        self.breakers
+            .get(shard)
+            .map(|b| b.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Breaker state per shard, for `/metrics` (only shards that ever saw a call).
@@ -154,9 +177,16 @@ impl Engine {
             .first()
             .map(|i| i.key.as_str())
             .unwrap_or_default();
-        if !self.breaker(key).1.allow(now_micros()) {
-            return Err(StoreError::Unavailable("circuit breaker open".into()));
-        }
+        let shard = self.shard(key);
+        // Held across the await: dropped with the check if it is cancelled, which gives the
+        // permit back (a half-open probe would otherwise never report).
+        let mut held = match self.breaker(shard) {
+            None => HeldPermit::none(self, shard),
+            Some(mut b) => match b.permit(self.clock.monotonic()) {
+                Some(p) => HeldPermit::new(self, shard, p),
+                None => return Err(StoreError::Unavailable("circuit breaker open".into())),
+            },
+        };
         let t = Instant::now();
         let fut = AssertUnwindSafe(tokio::time::timeout(
             self.store_timeout,
@@ -176,18 +206,23 @@ impl Engine {
         self.metrics
             .store_latency
             .observe(t.elapsed().as_secs_f64());
+        // Only outages count against the shard: corrupt state or a refused argument is one
+        // key's or one request's problem, answered by the rule's failure mode.
+        let healthy = r.as_ref().map_or_else(|e| !e.is_outage(), |_| true);
+        if let Some(permit) = held.take()
+            && let Some(mut b) = self.breaker(shard)
         {
-            let (shard, mut b) = self.breaker(key);
             let before = b.state();
-            b.record(now_micros(), r.is_ok());
+            b.finish(self.clock.monotonic(), permit, healthy);
             let after = b.state();
+            drop(b);
             if before != after {
                 match after {
                     BreakerState::Open { .. } => tracing::warn!(shard, "store breaker opened"),
                     BreakerState::Closed => {
-                        tracing::info!(shard, "store breaker closed; dropping local buckets");
-                        drop(b);
-                        self.local.clear();
+                        tracing::info!(shard, "store breaker closed; dropping its local buckets");
+                        // Only this shard's: identities on shards still down keep theirs.
+                        self.local.retain_keys(|k| self.shard(k) != shard);
                     }
                     BreakerState::HalfOpen { .. } => {}
                 }
@@ -251,20 +286,54 @@ impl Engine {
         let dom = rules
             .domain(domain)
             .ok_or_else(|| CheckError::UnknownDomain(domain.chars().take(128).collect()))?;
-        let now = now_micros();
+        let now = self.clock.now();
         let request_id = format!(
             "{}-{}",
             self.daemon_tag,
             self.seq.fetch_add(1, Ordering::Relaxed)
         );
+        let decided = AssertUnwindSafe(self.decide(rules.version, dom, &d, now, cost, &request_id))
+            .catch_unwind()
+            .await;
+        let decision = match decided {
+            Ok(decision) => decision,
+            Err(_) => {
+                self.metrics.panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    domain = %dom.name,
+                    "panic while deciding a check; the rules' failure modes answer"
+                );
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    sluice_core::decision::without_store(dom, &d, now, cost, rules.version)
+                }))
+                .unwrap_or_else(|_| sluice_core::decision::undecidable(dom, rules.version))
+            }
+        };
+        Ok(Checked {
+            decision,
+            request_id,
+        })
+    }
+
+    /// Plans, asks the store, decides and tells the observers: everything of a check that a
+    /// bug could make panic, so [`Engine::check`] can answer by the failure modes instead.
+    async fn decide(
+        &self,
+        version: u64,
+        dom: &sluice_core::rules::Domain,
+        d: &Descriptors,
+        now: Micros,
+        cost: u64,
+        request_id: &str,
+    ) -> Decision {
         let remote = self.remote.as_deref();
-        let p = plan(dom, &d, now, cost, &request_id, |a| {
+        let p = plan(dom, d, now, cost, request_id, |a| {
             remote
                 .map(|r| r.remote(&a.key, &a.params, now))
                 .unwrap_or_default()
         });
         let answers = self.answers(&p).await;
-        let decision = p.decide(rules.version, &answers);
+        let decision = p.decide(version, &answers);
         self.count(&decision);
         if !decision.shadow_denied.is_empty() {
             log_shadow(&p, &answers);
@@ -278,10 +347,7 @@ impl Engine {
         {
             journal_outage(j, &p, &answers, now, cost);
         }
-        Ok(Checked {
-            decision,
-            request_id,
-        })
+        decision
     }
 
     /// The answers to a plan's store calls, in order: each through its shard's breaker and
@@ -339,7 +405,7 @@ impl Engine {
         let dom = rules
             .domain(domain)
             .ok_or_else(|| CheckError::UnknownDomain(domain.chars().take(128).collect()))?;
-        let now = now_micros();
+        let now = self.clock.now();
         let mut released = 0;
         for a in applicable(dom, &d)
             .iter()
@@ -361,6 +427,49 @@ impl Engine {
             self.local.release_sync(&a.key, request_id, now);
         }
         Ok(released)
+    }
+}
+
+/// A breaker permit held across a store call's await. Dropped without [`HeldPermit::take`]
+/// (the check was cancelled mid-call), it abandons the permit, so a half-open probe frees its
+/// place instead of leaking it.
+struct HeldPermit<'a> {
+    engine: &'a Engine,
+    shard: usize,
+    permit: Option<Permit>,
+}
+
+impl<'a> HeldPermit<'a> {
+    fn new(engine: &'a Engine, shard: usize, permit: Permit) -> HeldPermit<'a> {
+        HeldPermit {
+            engine,
+            shard,
+            permit: Some(permit),
+        }
+    }
+
+    /// No breaker (a store without outages): nothing to give back.
+    fn none(engine: &'a Engine, shard: usize) -> HeldPermit<'a> {
+        HeldPermit {
+            engine,
+            shard,
+            permit: None,
+        }
+    }
+
+    /// The permit, for recording the call's result.
+    fn take(&mut self) -> Option<Permit> {
+        self.permit.take()
+    }
+}
+
+impl Drop for HeldPermit<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take()
+            && let Some(mut b) = self.engine.breaker(self.shard)
+        {
+            b.abandon(p);
+        }
     }
 }
 

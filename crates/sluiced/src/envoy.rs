@@ -29,7 +29,7 @@
 //! - `response_headers_to_add` carries the core's headers ([`headers`]) for the whole request,
 //!   and `raw_body` the problem body of a refusal; both can be switched off.
 
-use crate::engine::{CheckError, Engine, now_micros};
+use crate::engine::{CheckError, Engine};
 use serde::Deserialize;
 use sluice_core::Remote;
 use sluice_core::algo::{MAX_LIMIT, Params, Window};
@@ -256,7 +256,7 @@ impl RateLimitService {
             source: serde_json::Value::Null,
         };
         let synthetic = Domain::new(domain.to_string(), vec![rule], Vec::new());
-        let now = now_micros();
+        let now = self.engine.now();
         let p = plan(&synthetic, &d, now, cost, "envoy-override", |_| {
             Remote::default()
         });

@@ -8,6 +8,7 @@
 //!
 //! - [`config`]: the config file and its defaults.
 //! - [`engine`]: the hot path around the core.
+//! - [`clock`]: the engine's wall and monotonic clocks, given from outside.
 //! - [`http`]: HTTP JSON API, health, metrics.
 //! - [`unary`]: the gRPC port, a lean unary gRPC server on HTTP/2.
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
@@ -18,7 +19,9 @@
 //! - [`metrics`]: Prometheus text exposition.
 //! - [`control`]: the rule source (YAML file or PostgreSQL) and the admin API.
 //! - [`regions`]: gossip with the other regions (the delta shipper and the merge layer).
+//! - [`startup`]: readiness: the store warmed up before `/healthz` says ready.
 
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod engine;

@@ -101,6 +101,8 @@ pub struct Metrics {
     pub bad_requests: AtomicU64,
     /// Store call failures.
     pub store_errors: AtomicU64,
+    /// Checks whose deciding panicked (a bug), answered by the rules' failure modes.
+    pub panics: AtomicU64,
     /// Rule files/changes refused.
     pub rules_refused: AtomicU64,
 }
@@ -171,6 +173,11 @@ impl Metrics {
                 "sluice_store_errors_total",
                 "Store calls that failed.",
                 &self.store_errors,
+            ),
+            (
+                "sluice_check_panics_total",
+                "Checks whose deciding panicked (a bug), answered by the rules' failure modes.",
+                &self.panics,
             ),
             (
                 "sluice_rules_refused_total",

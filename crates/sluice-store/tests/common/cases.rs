@@ -383,11 +383,8 @@ const RULE_OF_KIND: [&str; 6] = [
 
 /// The call the rule with id `r` makes for `api_key` when it has algorithm `RULE_OF_KIND[k]`:
 /// the key and numbers come from the core's matching, exactly as the daemon builds them.
-fn call_of_kind(k: usize, api_key: &str, now: Micros, id: &str) -> Call {
-    let yaml = format!(
-        "domain: d\nrules:\n  - {{ id: r, key: [api_key], {} }}\n",
-        RULE_OF_KIND[k]
-    );
+fn call_of_kind(rule: &str, api_key: &str, now: Micros, id: &str) -> Call {
+    let yaml = format!("domain: d\nrules:\n  - {{ id: r, key: [api_key], {rule} }}\n");
     let set = sluice_core::rules::parse_yaml(&yaml).expect("a valid rule");
     let dom = set.domain("d").expect("domain d");
     let desc = sluice_core::matching::Descriptors::new(vec![("api_key".into(), api_key.into())])
@@ -406,12 +403,12 @@ fn call_of_kind(k: usize, api_key: &str, now: Micros, id: &str) -> Call {
 /// are never read as the new algorithm's state, and are no error either. Every identity
 /// answers as a fresh one would, on every store alike.
 pub async fn algorithm_change_under_one_id(store: &dyn Store, p: &str) {
-    for old in 0..RULE_OF_KIND.len() {
-        for new in 0..RULE_OF_KIND.len() {
-            if old == new {
+    for (o, old) in RULE_OF_KIND.iter().enumerate() {
+        for (n, new) in RULE_OF_KIND.iter().enumerate() {
+            if o == n {
                 continue;
             }
-            let used = format!("{p}u{old}{new}");
+            let used = format!("{p}u{o}{n}");
             for i in 0..3 {
                 check(store, &call_of_kind(old, &used, T0, &format!("o{i}"))).await;
             }
@@ -422,13 +419,13 @@ pub async fn algorithm_change_under_one_id(store: &dyn Store, p: &str) {
                 Err(e) => panic!(
                     "{} store: {} -> {}: an edited rule's first check failed: {e}",
                     store.kind(),
-                    RULE_OF_KIND[old],
-                    RULE_OF_KIND[new]
+                    old,
+                    new
                 ),
             };
             let fresh = check(
                 store,
-                &call_of_kind(new, &format!("{p}f{old}{new}"), later, "n"),
+                &call_of_kind(new, &format!("{p}f{o}{n}"), later, "n"),
             )
             .await;
             assert_eq!(
@@ -436,8 +433,8 @@ pub async fn algorithm_change_under_one_id(store: &dyn Store, p: &str) {
                 fresh,
                 "{} store: {} -> {}: the old algorithm's state was read as the new one's",
                 store.kind(),
-                RULE_OF_KIND[old],
-                RULE_OF_KIND[new]
+                old,
+                new
             );
         }
     }
