@@ -276,7 +276,9 @@ fn grpc_check_metrics_and_sigterm_with(extra: &[&str]) {
         .expect("metrics")
         .text();
     assert!(
-        m.contains("sluice_decisions_total{rule=\"burst\",outcome=\"over_limit\"}"),
+        m.contains(
+            "sluice_decisions_total{domain=\"public-api\",rule=\"burst\",outcome=\"over_limit\"}"
+        ),
         "{m}"
     );
     assert!(m.contains("sluice_check_duration_seconds_bucket"));
@@ -312,7 +314,7 @@ fn shadow_rules_record_would_be_refusals_and_never_refuse() {
         .expect("metrics")
         .text();
     assert!(
-        m.contains("sluice_decisions_total{rule=\"trial\",outcome=\"shadow_denied\"} 2"),
+        m.contains("sluice_decisions_total{domain=\"public-api\",rule=\"trial\",outcome=\"shadow_denied\"} 2"),
         "{m}"
     );
 }

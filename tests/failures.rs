@@ -192,7 +192,7 @@ fn redis_killed_and_restarted_scripts_reload_and_no_check_fails_after() {
         949
     );
     assert!(
-        metric(s.http, "sluice_store_noscript_reloads") >= 1,
+        metric(s.http, "sluice_store_noscript_reloads_total") >= 1,
         "the empty Redis needed the script again"
     );
     let _ = std::fs::remove_dir_all(&dir);

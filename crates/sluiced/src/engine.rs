@@ -334,7 +334,7 @@ impl Engine {
         });
         let answers = self.answers(&p).await;
         let decision = p.decide(version, &answers);
-        self.count(&decision);
+        self.count(&dom.name, &decision);
         if !decision.shadow_denied.is_empty() {
             log_shadow(&p, &answers);
         }
@@ -372,10 +372,10 @@ impl Engine {
         }
     }
 
-    /// Counts a decision's policies in the per-rule metrics.
-    pub(crate) fn count(&self, d: &Decision) {
+    /// Counts a decision's policies in the per-rule metrics of `domain`.
+    pub(crate) fn count(&self, domain: &str, d: &Decision) {
         for pol in &d.policies {
-            let c = self.metrics.rule(&pol.id);
+            let c = self.metrics.rule(domain, &pol.id);
             let counter = match (pol.via, pol.allowed) {
                 (Via::FailedOpen, _) => &c.failed_open,
                 (Via::FailedClosed, _) => &c.failed_closed,
@@ -387,7 +387,7 @@ impl Engine {
         }
         for id in &d.shadow_denied {
             self.metrics
-                .rule(id)
+                .rule(domain, id)
                 .shadow_denied
                 .fetch_add(1, Ordering::Relaxed);
         }

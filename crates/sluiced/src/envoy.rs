@@ -263,7 +263,7 @@ impl RateLimitService {
         // The store calls go the way a rule's do: breaker, deadline, metrics, fallback.
         let answers = self.engine.answers(&p).await;
         let decision = p.decide(rules.version, &answers);
-        self.engine.count(&decision);
+        self.engine.count(domain, &decision);
         self.engine.decided(started, &decision);
         Ok(decision)
     }
@@ -903,7 +903,7 @@ rules:
             assert_eq!(r.overall_code, RlsCode::Ok as i32, "decided locally");
         }
         let m = &s.engine.metrics;
-        let c = m.rule(&Arc::from("envoy-override-minute"));
+        let c = m.rule("edge", &Arc::from("envoy-override-minute"));
         assert_eq!(
             c.local.load(Ordering::Relaxed),
             25,

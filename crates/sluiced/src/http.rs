@@ -161,12 +161,11 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
             "Keys held in local fallback buckets.",
             engine.local.len() as u64,
         ),
-        (
-            "sluice_store_noscript_reloads",
-            "Lua scripts reloaded after NOSCRIPT (restarted or failed-over Redis).",
-            engine.store.noscript_reloads(),
-        ),
     ]);
+    text.push_str(&format!(
+        "# HELP sluice_store_noscript_reloads_total Lua scripts reloaded after NOSCRIPT (restarted or failed-over Redis).\n# TYPE sluice_store_noscript_reloads_total counter\nsluice_store_noscript_reloads_total {}\n",
+        engine.store.noscript_reloads()
+    ));
     let (runs, batched) = engine.store.batch_stats();
     text.push_str(&format!(
         "# HELP sluice_store_script_runs_total Check script runs sent to the store (one per batch).\n# TYPE sluice_store_script_runs_total counter\nsluice_store_script_runs_total {runs}\n# HELP sluice_store_batched_calls_total Checks those runs carried: divided by the runs, the mean batch.\n# TYPE sluice_store_batched_calls_total counter\nsluice_store_batched_calls_total {batched}\n"

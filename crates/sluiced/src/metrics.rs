@@ -85,7 +85,8 @@ pub trait Exporter: Send + Sync + std::fmt::Debug {
 /// Everything the daemon exports.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    rules: RwLock<BTreeMap<Arc<str>, Arc<RuleCounters>>>,
+    /// By domain, then rule id: rule ids are unique within a domain only.
+    rules: RwLock<BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleCounters>>>>,
     exporters: RwLock<Vec<Arc<dyn Exporter>>>,
     /// End-to-end check latency.
     pub check_latency: Histogram,
@@ -108,17 +109,24 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// The counters of a rule, created on first use.
-    pub fn rule(&self, id: &Arc<str>) -> Arc<RuleCounters> {
-        if let Some(c) = self.rules.read().unwrap_or_else(|p| p.into_inner()).get(id) {
+    /// The counters of a domain's rule, created on first use.
+    pub fn rule(&self, domain: &str, id: &Arc<str>) -> Arc<RuleCounters> {
+        if let Some(c) = self
+            .rules
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(domain)
+            .and_then(|d| d.get(id))
+        {
             return c.clone();
         }
-        self.rules
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id.clone())
-            .or_default()
-            .clone()
+        let mut w = self.rules.write().unwrap_or_else(|p| p.into_inner());
+        if !w.contains_key(domain) {
+            w.insert(Arc::from(domain), BTreeMap::new());
+        }
+        w.get_mut(domain)
+            .map(|d| d.entry(id.clone()).or_default().clone())
+            .unwrap_or_default()
     }
 
     /// Adds a part whose series [`Metrics::render`] appends.
@@ -132,8 +140,12 @@ impl Metrics {
     /// Prometheus text exposition; `extra` lets other parts (store, rules) append theirs.
     pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
         let mut out = String::with_capacity(4096);
-        out.push_str("# HELP sluice_decisions_total Decisions by rule and outcome.\n# TYPE sluice_decisions_total counter\n");
-        for (id, c) in self.rules.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        out.push_str("# HELP sluice_decisions_total Decisions by domain, rule and outcome.\n# TYPE sluice_decisions_total counter\n");
+        let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
+        for (domain, id, c) in rules
+            .iter()
+            .flat_map(|(d, rs)| rs.iter().map(move |(id, c)| (d, id, c)))
+        {
             for (outcome, v) in [
                 ("allowed", &c.allowed),
                 ("over_limit", &c.over_limit),
@@ -144,7 +156,7 @@ impl Metrics {
             ] {
                 let _ = writeln!(
                     out,
-                    "sluice_decisions_total{{rule=\"{id}\",outcome=\"{outcome}\"}} {}",
+                    "sluice_decisions_total{{domain=\"{domain}\",rule=\"{id}\",outcome=\"{outcome}\"}} {}",
                     v.load(Ordering::Relaxed)
                 );
             }
@@ -219,12 +231,14 @@ mod tests {
     #[test]
     fn renders_prometheus_text() {
         let m = Metrics::default();
-        m.rule(&Arc::from("r1"))
+        m.rule("d", &Arc::from("r1"))
             .allowed
             .fetch_add(3, Ordering::Relaxed);
         m.check_latency.observe(0.0003);
         let t = m.render(&[("sluice_rules_version", "Loaded rules version.", 7)]);
-        assert!(t.contains("sluice_decisions_total{rule=\"r1\",outcome=\"allowed\"} 3"));
+        assert!(
+            t.contains("sluice_decisions_total{domain=\"d\",rule=\"r1\",outcome=\"allowed\"} 3")
+        );
         assert!(t.contains("sluice_check_duration_seconds_bucket{le=\"0.0005\"} 1"));
         assert!(t.contains("sluice_check_duration_seconds_bucket{le=\"0.00025\"} 0"));
         assert!(t.contains("sluice_check_duration_seconds_count 1"));
