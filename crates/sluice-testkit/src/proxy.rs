@@ -3,7 +3,9 @@
 //! Killing a server is not the same failure as losing the network to it: a cut link leaves
 //! the server running with its state, and the client must notice and reconnect (e.g. the
 //! PostgreSQL `LISTEN` connection of the rule watcher, or a Redis link). Pointing the client
-//! at a [`TcpProxy`] instead of the server lets a test provoke exactly that.
+//! at a [`TcpProxy`] instead of the server lets a test provoke exactly that. It can also hold
+//! new connections for a while before forwarding them ([`TcpProxy::delay_new_links`]): a slow
+//! connection set-up (a far or loaded server, a TLS handshake) on loopback.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -38,6 +40,8 @@ struct Shared {
     next_id: AtomicU64,
     links: Mutex<HashMap<u64, Link>>,
     accepted: AtomicU64,
+    /// How long a new connection waits before it is forwarded, ms.
+    link_delay_ms: AtomicU64,
 }
 
 impl Shared {
@@ -123,6 +127,16 @@ impl TcpProxy {
         self.shared.cut.store(false, Ordering::SeqCst);
     }
 
+    /// Holds every connection accepted from now on for `delay` before connecting it to the
+    /// target: the client's connect succeeds at once, but nothing it sends reaches the server,
+    /// and no answer comes back, before then. `Duration::ZERO` ends it.
+    ///
+    /// Simulates a slow connection set-up, to test what a client does before its first answer.
+    pub fn delay_new_links(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.shared.link_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     /// Whether the proxy is currently cut.
     #[must_use]
     pub fn is_cut(&self) -> bool {
@@ -187,6 +201,10 @@ fn accept_loop(listener: &TcpListener, target: SocketAddr, shared: &Arc<Shared>)
 }
 
 fn open_link(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
+    let delay = shared.link_delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        std::thread::sleep(Duration::from_millis(delay));
+    }
     let Ok(upstream) = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT) else {
         let _ = client.shutdown(Shutdown::Both);
         return;
