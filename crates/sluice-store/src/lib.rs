@@ -111,6 +111,16 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for logs and metrics (`memory`, `redis`, `redis_cluster`).
     fn kind(&self) -> &'static str;
 
+    /// Makes the store able to answer within its deadline before the daemon says it is
+    /// ready: the first call over a new connection pays for the connection's set-up and for
+    /// every first-time step (script cache, code paths), which can take longer than a few-ms
+    /// deadline and would turn the first checks after a start into failures. A Redis store
+    /// connects, loads its scripts and runs one call of each on every node; `Ok` at once where
+    /// there is nothing to set up. A retryable error means "not yet": call it again later.
+    fn warm_up(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Scripts reloaded after `NOSCRIPT` (a restarted or failed-over Redis), for metrics.
     fn noscript_reloads(&self) -> u64 {
         0

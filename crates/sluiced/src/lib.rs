@@ -32,6 +32,7 @@ pub mod journal;
 pub mod limits;
 pub mod metrics;
 pub mod regions;
+pub mod startup;
 pub mod unary;
 
 use anyhow::Context as _;
@@ -103,7 +104,7 @@ pub async fn run(
     let published = rules.published.clone();
 
     let (store, memory) = build_store(&cfg).await?;
-    tracing::info!(store = store.kind(), "counter store ready");
+    tracing::info!(store = store.kind(), "counter store configured");
     let metrics = Arc::new(metrics::Metrics::default());
     let guard = Arc::new(limits::Guard::new(cfg.limits.clone()));
     metrics.add_exporter(guard.clone());
@@ -174,13 +175,16 @@ pub async fn run(
 
     let http_addr = listeners.http.local_addr()?;
     let grpc_addr = listeners.grpc.local_addr()?;
+    // HTTP serves at once (`/healthz` answers 503 while starting); checks wait for the store.
+    let ready = startup::Readiness::default();
     let http = tokio::spawn(limits::serve_http(
         listeners.http,
-        http::router(engine.clone(), guard.clone()),
+        startup::gated(http::router(engine.clone(), guard.clone()), &ready),
         guard.clone(),
         limits::Port::Http,
         stop_rx.clone(),
     ));
+    startup::warm_up(engine.store.clone(), &ready, stop_rx.clone()).await;
     let grpc = {
         let services = Arc::new(unary::Services {
             limiter: grpc::LimiterService {

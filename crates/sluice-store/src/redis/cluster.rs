@@ -43,8 +43,8 @@
 use super::script::{Script, classify, decode_release};
 use super::slot::{SLOTS, key_slot};
 use super::{
-    Engine, RedisConfig, bad_url, check_request, decode_check, nothing_to_check, redact,
-    release_request,
+    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_request, decode_check, nothing_to_check,
+    redact, release_request,
 };
 use crate::{BoxFuture, Store, StoreError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -85,6 +85,10 @@ const PIPELINE_BUFFER: usize = 4096;
 const BACKGROUND_TIMEOUT: Duration = Duration::from_millis(500);
 /// A slot whose owner is not known yet (no map yet).
 const UNKNOWN: u16 = u16::MAX;
+/// Hash tags tried to find one whose slot a given node owns, for its warm-up calls: enough
+/// that even a node owning a single slot is all but certainly hit (miss ≈ e^-8); a node
+/// without one is still connected and has its scripts loaded.
+const WARM_UP_TAG_TRIES: usize = 1 << 17;
 
 /// One cluster node and the one multiplexed connection every call to it shares (pipelined;
 /// re-made in the background after it drops, while calls fail fast).
@@ -263,6 +267,22 @@ impl Inner {
             return None;
         }
         self.read().numbered.get(usize::from(idx)).cloned()
+    }
+
+    /// A warm-up hash tag whose slot `node` owns in the current map, if one is found.
+    fn warm_up_tag(&self, node: &Arc<Node>) -> Option<String> {
+        let idx = self
+            .read()
+            .numbered
+            .iter()
+            .position(|n| Arc::ptr_eq(n, node))?;
+        let idx = u16::try_from(idx).ok()?;
+        (0..WARM_UP_TAG_TRIES)
+            .map(|i| format!("{WARM_UP_TAG}-{i}"))
+            .find(|t| {
+                let slot = key_slot(&format!("sl:{{{t}}}:w"));
+                self.slots[usize::from(slot)].load(Ordering::Relaxed) == idx
+            })
     }
 
     /// A seed, in turn: where a call goes before any map is known (its reply redirects it).
@@ -497,6 +517,49 @@ impl RedisClusterStore {
         Ok(RedisClusterStore { inner })
     }
 
+    /// Warms every slot owner up at once (see [`Store::warm_up`]): a fresh map, then on each
+    /// primary its connection, both scripts and one call of each on a key of its own slots.
+    /// Fails, naming the node, while any owner fails.
+    async fn warm_up_all(&self) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let Some(owners) = Self::refresh_once(inner).await else {
+            return Err(StoreError::Unavailable(
+                "redis cluster: no node answered CLUSTER SLOTS".into(),
+            ));
+        };
+        let mut nodes = tokio::task::JoinSet::new();
+        for node in owners {
+            let inner = inner.clone();
+            nodes.spawn(async move {
+                let tag = inner.warm_up_tag(&node);
+                let mut conn = node.conn.clone();
+                let r = inner.engine.warm_up(&mut conn, tag.as_deref()).await;
+                if r.is_ok() {
+                    node.preloaded.store(true, Ordering::Relaxed);
+                }
+                (node, r)
+            });
+        }
+        let mut first = None;
+        while let Some(joined) = nodes.join_next().await {
+            let e = match joined {
+                Ok((_, Ok(()))) => continue,
+                Ok((node, Err(e))) => {
+                    tracing::debug!(node = %node.addr, error = %e, "redis cluster: warm-up failed");
+                    match e {
+                        StoreError::Unavailable(m) => {
+                            StoreError::Unavailable(format!("{}: {m}", node.addr))
+                        }
+                        other => other,
+                    }
+                }
+                Err(e) => StoreError::Server(format!("redis cluster: warm-up task: {e}")),
+            };
+            first.get_or_insert(e);
+        }
+        first.map_or(Ok(()), Err)
+    }
+
     /// Loads the scripts on `node` in the background unless done (or under way) already.
     fn preload(inner: &Arc<Inner>, node: Arc<Node>) -> Option<tokio::task::JoinHandle<()>> {
         if node.preloaded.swap(true, Ordering::Relaxed) {
@@ -639,6 +702,10 @@ impl Store for RedisClusterStore {
 
     fn kind(&self) -> &'static str {
         "redis_cluster"
+    }
+
+    fn warm_up(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.warm_up_all())
     }
 }
 

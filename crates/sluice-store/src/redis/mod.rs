@@ -15,6 +15,12 @@
 //!   connection per node, each call sent to the node owning its slot, MOVED/ASK/TRYAGAIN
 //!   followed within the call's deadline, so one failed node never holds up the others.
 //! - [`item_keys`] / [`key_slot`]: the keys an item touches and their Cluster slot.
+//!
+//! # Start-up
+//!
+//! [`connect`] makes no connection it waits for; [`Store::warm_up`] does: it connects, loads
+//! the scripts and runs one call of each script (per node on a Cluster) with a start-up
+//! budget, so that the first checks a daemon serves meet the hot path's few-ms deadline.
 
 mod cluster;
 mod script;
@@ -31,8 +37,10 @@ pub use standalone::RedisStore;
 use crate::{Store, StoreError};
 use redis::aio::ConnectionLike;
 use script::{Script, classify, decode_release};
-use sluice_core::Micros;
-use sluice_core::batch::{Call, CallResult};
+use sluice_core::algo::Window;
+use sluice_core::batch::{Call, CallResult, Item};
+use sluice_core::time::SECOND;
+use sluice_core::{Micros, Params, Remote};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -109,6 +117,14 @@ impl RedisConfig {
     }
 }
 
+/// What one step of a warm-up may take beyond the connection's own set-up: a round trip at a
+/// start's pace (a busy machine, a cold Redis), not the hot path's few ms.
+const WARM_UP_SLACK: Duration = Duration::from_millis(500);
+
+/// The hash tag of the warm-up calls' keys: no rule's key has it (a rule's tag holds its
+/// domain and descriptors separated by `|`), and the calls only peek (cost 0).
+pub(crate) const WARM_UP_TAG: &str = "sluice.warm-up";
+
 /// Builds the store the config names: [`RedisStore`] for one URL, [`RedisClusterStore`] when
 /// `cluster` is set.
 ///
@@ -132,6 +148,9 @@ pub(crate) struct Engine {
     pub(crate) release: Script,
     pub(crate) timeout: Duration,
     pub(crate) timeout_ms: u64,
+    /// The budget of one warm-up step: a connection's set-up (two attempts, as the connection
+    /// manager makes them) and a start's round trip.
+    pub(crate) warm_up: Duration,
     noscript: AtomicU64,
 }
 
@@ -142,6 +161,7 @@ impl Engine {
             release: Script::new(RELEASE_SCRIPT),
             timeout: cfg.timeout(),
             timeout_ms: cfg.timeout_ms,
+            warm_up: cfg.connect_timeout() * 2 + WARM_UP_SLACK,
             noscript: AtomicU64::new(0),
         }
     }
@@ -165,6 +185,19 @@ impl Engine {
         keys: &[String],
         args: &[String],
     ) -> Result<redis::Value, StoreError> {
+        self.eval_within(self.timeout, conn, script, keys, args)
+            .await
+    }
+
+    /// [`Engine::eval`] within `deadline` instead of the call deadline (the warm-up's).
+    pub(crate) async fn eval_within<C: ConnectionLike + Send>(
+        &self,
+        deadline: Duration,
+        conn: &mut C,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<redis::Value, StoreError> {
         let cmd = |verb: &str, script_arg: &str| {
             let mut c = redis::cmd(verb);
             c.arg(script_arg).arg(keys.len()).arg(keys).arg(args);
@@ -181,8 +214,8 @@ impl Engine {
                 other => other,
             }
         };
-        match tokio::time::timeout(self.timeout, attempt).await {
-            Err(_) => Err(StoreError::Timeout(self.timeout_ms)),
+        match tokio::time::timeout(deadline, attempt).await {
+            Err(_) => Err(StoreError::Timeout(deadline.as_millis() as u64)),
             Ok(Err(e)) => Err(classify(&e, keys, self.timeout_ms)),
             Ok(Ok(v)) => Ok(v),
         }
@@ -198,6 +231,41 @@ impl Engine {
         let req = release_request(key, request_id, now)?;
         let reply = self.eval(conn, &self.release, &req.keys, &req.args).await?;
         decode_release(&reply)
+    }
+
+    /// Warms one node up over `conn` (see [`Store::warm_up`]): waits for its connection
+    /// (`PING`: the set-up, AUTH and the client's own first commands), loads both scripts and
+    /// runs [`warm_up_calls`] and [`warm_up_release`] under the `{tag}` hash tag (none without
+    /// a tag: a Cluster node without a known slot), each step within [`Engine::warm_up`]. The
+    /// first error is returned; a retry starts over.
+    pub(crate) async fn warm_up<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        tag: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(self.warm_up, ping.query_async::<String>(conn)).await {
+            Err(_) => return Err(StoreError::Timeout(self.warm_up.as_millis() as u64)),
+            Ok(Err(e)) => return Err(classify(&e, &[], self.timeout_ms)),
+            Ok(Ok(_)) => {}
+        }
+        self.preload(conn).await?;
+        let Some(tag) = tag else {
+            return Ok(());
+        };
+        let now = epoch_micros();
+        for call in warm_up_calls(tag, now) {
+            let enc = encode_check(&call)?;
+            let reply = self
+                .eval_within(self.warm_up, conn, &self.check, &enc.keys, &enc.args)
+                .await?;
+            decode_check(&call, &reply)?;
+        }
+        let req = warm_up_release(tag, now)?;
+        let reply = self
+            .eval_within(self.warm_up, conn, &self.release, &req.keys, &req.args)
+            .await?;
+        decode_release(&reply).map(|_| ())
     }
 
     /// Loads both scripts on one node so the first calls need no `EVAL` fallback.
@@ -217,6 +285,55 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Now, in epoch microseconds, for the warm-up calls (the daemon's calls carry their own).
+pub(crate) fn epoch_micros() -> Micros {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as Micros)
+}
+
+/// The check calls of a warm-up, on keys under the `{tag}` hash tag: peeks (cost 0: nothing
+/// is taken, a lone fixed window writes nothing) at one fixed window, answered by its count
+/// (the common call's reply), and at a fixed window and a token bucket together, answered by
+/// outcome arrays, so both reply forms have been run and decoded once.
+pub(crate) fn warm_up_calls(tag: &str, now: Micros) -> [Call; 2] {
+    let item = |suffix: &str, params: Params| Item {
+        key: format!("sl:{{{tag}}}:{suffix}"),
+        params,
+        enforce: true,
+        charge_rejected: false,
+        remote: Remote::default(),
+    };
+    let window = || {
+        item(
+            "w",
+            Params::FixedWindow {
+                limit: 1,
+                window: Window::Epoch(SECOND),
+            },
+        )
+    };
+    let bucket = item(
+        "b",
+        Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 1,
+        },
+    );
+    let call = |items| Call {
+        now,
+        cost: 0,
+        request_id: "warm-up".to_string(),
+        items,
+    };
+    [call(vec![window()]), call(vec![window(), bucket])]
+}
+
+/// The release call of a warm-up: a slot nobody holds, under the `{tag}` hash tag.
+pub(crate) fn warm_up_release(tag: &str, now: Micros) -> Result<ScriptCall, StoreError> {
+    release_request(&format!("sl:{{{tag}}}:c"), "warm-up", now)
 }
 
 /// The `EVALSHA` of a check, or `None` for a call without items (nothing to ask Redis).

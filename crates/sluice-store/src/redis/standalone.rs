@@ -82,7 +82,7 @@ impl std::fmt::Debug for RedisStore {
 
 impl RedisStore {
     /// Connects lazily to `cfg.urls[0]` and tries to load the scripts once (a failure there is
-    /// logged, not fatal: see [`super::connect`]).
+    /// logged, not fatal: see [`super::connect`]). [`Store::warm_up`] makes it ready to serve.
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisStore, StoreError> {
         cfg.validate()?;
         if cfg.cluster {
@@ -318,5 +318,18 @@ impl Store for RedisStore {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn warm_up(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            self.engine
+                .warm_up(&mut conn, Some(super::WARM_UP_TAG))
+                .await
+                .map_err(|e| {
+                    tracing::debug!(url = %self.url, error = %e, "redis warm-up failed");
+                    e
+                })
+        })
     }
 }
