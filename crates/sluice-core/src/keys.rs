@@ -111,7 +111,14 @@ mod tests {
 
     #[test]
     fn foreign_keys_do_not_parse() {
-        for k in ["nope", "sl:{a}:", "sl:{a}:t:", "sl:{a}:x:r", "sl:{a}:tr", "sl:{a}r"] {
+        for k in [
+            "nope",
+            "sl:{a}:",
+            "sl:{a}:t:",
+            "sl:{a}:x:r",
+            "sl:{a}:tr",
+            "sl:{a}r",
+        ] {
             assert_eq!(parse(k), None, "{k}");
         }
     }

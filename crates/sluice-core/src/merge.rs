@@ -502,7 +502,6 @@ mod tests {
         assert!(rc.is_empty());
     }
 
-
     /// One report: (region 0..3, key 0..3, window 0..3, count).
     type Report = (u8, u8, u64, u64);
 

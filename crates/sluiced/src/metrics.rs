@@ -58,6 +58,9 @@ impl Histogram {
     }
 }
 
+/// The counters of one domain's rules, by rule id.
+type DomainCounters = BTreeMap<Arc<str>, Arc<RuleCounters>>;
+
 /// Decision counters of one rule, by outcome.
 #[derive(Debug, Default)]
 pub struct RuleCounters {
@@ -86,7 +89,7 @@ pub trait Exporter: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// By domain, then rule id: rule ids are unique within a domain only.
-    rules: RwLock<BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<RuleCounters>>>>,
+    rules: RwLock<BTreeMap<Arc<str>, DomainCounters>>,
     exporters: RwLock<Vec<Arc<dyn Exporter>>>,
     /// End-to-end check latency.
     pub check_latency: Histogram,
