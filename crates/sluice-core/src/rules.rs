@@ -1,4 +1,4 @@
-//! The rule format (DESIGN.md) parsed into validated, immutable rule sets.
+//! The rule format (docs/rules.md) parsed into validated, immutable rule sets.
 //!
 //! Rules arrive as YAML from a file or as JSON from the admin API; both go through the same
 //! [`serde_json::Value`] tree, so the checks and the messages are the same. Validation
@@ -1029,7 +1029,7 @@ overrides:
 
     #[test]
     fn design_example_parses() {
-        let set = parse_yaml(DESIGN_EXAMPLE).expect("the DESIGN.md example is valid");
+        let set = parse_yaml(DESIGN_EXAMPLE).expect("the design's example rule set is valid");
         let d = set.domain("public-api").expect("domain");
         assert_eq!(d.rules.len(), 4);
         assert_eq!(d.overrides.len(), 2);

@@ -130,7 +130,7 @@ impl LocalUsage {
     /// Records a decision's figure for a global rule's key at `now`.
     ///
     /// `figure` is what gets shipped (the window count, or cumulative consumption for
-    /// buckets); `busy` is the usage the threshold and the priority are judged on. DESIGN.md
+    /// buckets); `busy` is the usage the threshold and the priority are judged on. The default
     /// judges a key on the region's own count (for windows `busy` = `figure` = the outcome's
     /// `usage`). The alternative is the count the decision saw, local + remote
     /// (`limit − remaining`): a region held back by another's figure then still ships its

@@ -88,7 +88,7 @@ pub struct File {
     /// Domain name the rules and requests use.
     #[serde(default = "default_domain")]
     pub domain: String,
-    /// Rules in the rule format (DESIGN.md), as TOML tables.
+    /// Rules in the rule format (docs/rules.md), as TOML tables.
     pub rules: Vec<serde_json::Value>,
     /// Overrides in the rule format.
     #[serde(default)]
@@ -200,7 +200,7 @@ pub enum Delivery {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BusyOn {
-    /// The region's own count (DESIGN.md).
+    /// The region's own count (the default).
     RegionCount,
     /// The count the decision saw: the region's plus the remote figures.
     SeenCount,

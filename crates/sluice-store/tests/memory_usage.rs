@@ -1,7 +1,7 @@
 //! Redis memory per key, measured with `MEMORY USAGE` on keys the store wrote, for every
 //! algorithm (the table in docs/redis.md comes from this test's output).
 //!
-//! Targets: DESIGN.md's 150 bytes per token bucket key, and issue 3's 100. With Redis 7.0's
+//! Targets: 150 bytes per token bucket key (the design's budget), and 100 (the stricter one). With Redis 7.0's
 //! accounting a string key costs 24 B (dict entry) + the name's allocation + the value's. A
 //! bucket is stored in its normalized form, one integer kept inside the object (72 B for a
 //! short name, 88 B for the design's 40-byte example); the test asserts both stay under 100.
@@ -219,7 +219,7 @@ async fn memory_usage_per_key() {
     );
     assert!(
         token_bucket < 100,
-        "a token bucket key takes {token_bucket} bytes, the target is under 100 (DESIGN.md's budget is 150)"
+        "a token bucket key takes {token_bucket} bytes, the target is under 100 (the design's budget is 150)"
     );
     assert!(
         token_bucket_short <= 72,

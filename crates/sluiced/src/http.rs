@@ -55,7 +55,7 @@ fn bad_request(msg: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
-/// The JSON form of a decision, as in DESIGN.md.
+/// The JSON form of a decision: the check API's answer (README, "The check API").
 pub fn decision_json(c: &Checked) -> Value {
     let d = &c.decision;
     let hdrs: serde_json::Map<String, Value> = headers(d)

@@ -47,7 +47,7 @@ pub enum ShippersConfig {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum BusyOn {
-    /// The region's own count (DESIGN.md): a key is shipped once this region's count passes
+    /// The region's own count (the default): a key is shipped once this region's count passes
     /// the threshold.
     #[default]
     RegionCount,
