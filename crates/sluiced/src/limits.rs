@@ -378,7 +378,10 @@ async fn http_connection(
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_timeout())
-        .max_header_size(limits.max_header_bytes as usize);
+        .max_header_size(limits.max_header_bytes as usize)
+        // The read buffer holds a request's head and passes its body through: without a
+        // bound hyper lets it grow to ~400 KiB per connection.
+        .max_buf_size((2 * limits.max_header_bytes as usize).max(16 << 10));
     let service = hyper_util::service::TowerToHyperService::new(app);
     let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
     tokio::pin!(conn);
