@@ -144,6 +144,18 @@ async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
     .await;
     assert!(b.remote_snapshot().iter().all(|(k, ..)| k == &key));
 
+    // A figure of rule `g` under another algorithm (an edit live at the sender only) is
+    // dropped too: counts of one algorithm are never merged into another's.
+    let edited = store_key("api|api_key=k1", "g", Kind::TokenBucket);
+    a.observe(&edited, &p, 10, now_micros(), 500, 500);
+    wait_for("other algorithm dropped", Duration::from_secs(5), || {
+        let mut out = String::new();
+        b.render_metrics(&mut out);
+        out.contains("sluice_gossip_figures_received_total{result=\"unknown_rule\"} 2")
+    })
+    .await;
+    assert!(b.remote_snapshot().iter().all(|(k, ..)| k == &key));
+
     // A silent region keeps its figures: stop a, b still adds them until the window ends.
     a.shutdown().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
