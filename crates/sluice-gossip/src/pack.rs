@@ -10,7 +10,7 @@
 //!
 //! Sizes are computed exactly as prost encodes them, so a packet never exceeds its bound.
 //! Decoding checks everything a sender could get wrong or forge (front-coding offsets, char
-//! boundaries, lengths, window arithmetic) and refuses the whole packet on the first problem:
+//! boundaries, lengths, window arithmetic, braces in identities) and refuses the whole packet on the first problem:
 //! a packet is merged entirely or not at all.
 
 use crate::wire::{CountsPacket, FORMAT_VERSION, Figure, Reject, RuleFigures};
@@ -254,6 +254,11 @@ pub fn unpack(payload: &[u8]) -> Result<Unpacked, Reject> {
         for f in g.figures {
             let shared = f.shared as usize;
             if shared > identity.len() || !identity.is_char_boundary(shared) {
+                return Err(Reject::Malformed);
+            }
+            // Identities are escaped and never hold a brace: one that does was forged, and
+            // its store key would end the hash tag early and name another rule.
+            if f.suffix.bytes().any(|b| b == b'{' || b == b'}') {
                 return Err(Reject::Malformed);
             }
             identity.truncate(shared);
