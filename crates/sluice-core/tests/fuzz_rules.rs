@@ -123,6 +123,10 @@ proptest! {
     fn rule_documents_never_panic_and_refusals_say_where(doc in document()) {
         match from_values(&[doc], 1) {
             Ok(set) => {
+                // The stored form (what the admin API and PostgreSQL keep) parses back to it.
+                let docs: Vec<Value> = set.domains.values().map(|d| d.to_value()).collect();
+                let again = from_values(&docs, set.version);
+                prop_assert!(again.as_ref() == Ok(&set), "round trip: {again:?}");
                 let d = Descriptors::new(vec![
                     ("api_key".into(), "k".into()),
                     ("route".into(), "r".into()),
