@@ -7,6 +7,7 @@
 //! a test needs to provoke those situations.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -95,6 +96,46 @@ pub struct ClusterOptions {
     pub extra_args: Vec<String>,
 }
 
+/// The certificate files of a TLS Redis (clients are not asked for certificates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTls {
+    /// `--tls-cert-file`.
+    pub cert_file: PathBuf,
+    /// `--tls-key-file`.
+    pub key_file: PathBuf,
+    /// `--tls-ca-cert-file` (the nodes verify each other's bus connections with it).
+    pub ca_file: PathBuf,
+}
+
+impl RedisTls {
+    /// The server files of a [`TestPki`](crate::TestPki).
+    #[must_use]
+    pub fn from_pki(pki: &crate::TestPki) -> Self {
+        RedisTls {
+            cert_file: pki.server_cert_file(),
+            key_file: pki.server_key_file(),
+            ca_file: pki.ca_file(),
+        }
+    }
+
+    /// `redis-server` arguments serving TLS on `tls_port` beside the plain port.
+    #[must_use]
+    pub fn args(&self, tls_port: u16) -> Vec<String> {
+        vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            self.cert_file.display().to_string(),
+            "--tls-key-file".into(),
+            self.key_file.display().to_string(),
+            "--tls-ca-cert-file".into(),
+            self.ca_file.display().to_string(),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ]
+    }
+}
+
 impl Default for ClusterOptions {
     fn default() -> Self {
         Self {
@@ -144,6 +185,13 @@ impl RedisCluster {
     ///
     /// For a custom node timeout or extra server arguments.
     pub fn start_with(options: ClusterOptions) -> Result<Self> {
+        Self::start_with_tls(options, None)
+    }
+
+    /// Like [`start_with`](Self::start_with), serving TLS too when `tls` is given: each node
+    /// gets a TLS port of its own (see [`tls_urls`](Self::tls_urls)) and the cluster bus runs
+    /// over TLS, so `CLUSTER SLOTS` asked over TLS names TLS ports.
+    pub fn start_with_tls(options: ClusterOptions, tls: Option<RedisTls>) -> Result<Self> {
         ensure!(
             options.primaries >= 1,
             "a Redis Cluster needs at least 1 primary"
@@ -168,7 +216,23 @@ impl RedisCluster {
             let mut attempt = 1;
             let mut port = port;
             loop {
-                match RedisServer::start_on(port, args.clone()) {
+                let mut node_args = args.clone();
+                if let Some(tls) = &tls {
+                    node_args.extend(tls.args(crate::free_port()));
+                    // The bus follows the TLS port unless told: keep it beside the plain one.
+                    node_args.extend(
+                        [
+                            "--tls-cluster",
+                            "yes",
+                            "--tls-replication",
+                            "yes",
+                            "--cluster-port",
+                        ]
+                        .map(String::from),
+                    );
+                    node_args.push((port + 10_000).to_string());
+                }
+                match RedisServer::start_on(port, node_args) {
                     Ok(node) => break nodes.push(node),
                     Err(e) if attempt < PORT_ATTEMPTS && format!("{e:#}").contains("in use") => {
                         attempt += 1;
@@ -331,6 +395,12 @@ impl RedisCluster {
     #[must_use]
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The TLS seed URLs (`rediss://127.0.0.1:TLS_PORT/`) of every node, for a cluster
+    /// started with [`start_with_tls`](Self::start_with_tls).
+    pub fn tls_urls(&self) -> Result<Vec<String>> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
     }
 
     /// The cluster node id of node `i` (`CLUSTER MYID`).

@@ -3,7 +3,7 @@
 //! Sluice's promises (atomic multi-bucket checks in Redis, Cluster hash tags, surviving a cut
 //! PostgreSQL `LISTEN` link, graceful shutdown of `sluiced`) can only be checked against the
 //! real thing, so this crate starts and controls real processes on free loopback ports instead
-//! of mocking them. It is a dev-dependency only and uses nothing but `std` and `anyhow`, so it
+//! of mocking them. It is a dev-dependency only and uses little beyond `std` and `anyhow`, so it
 //! can be called from sync tests and from async tests alike (the calls block briefly).
 //!
 //! Tests never skip: when a tool is missing (`redis-server`, `redis-cli`, `psql`) or the shared
@@ -21,6 +21,7 @@
 //! - [`postgres`]: [`Postgres`], a throwaway database on the machine's shared server.
 //! - [`daemon`]: [`Daemon`], a spawned project binary with captured logs, and [`cargo_bin`].
 //! - [`http`]: [`http_request`], a minimal HTTP/1.1 client for the daemons' JSON APIs.
+//! - [`tls`]: [`TestPki`], a CA with server and client certificates made at test time.
 //!
 //! Everything started here is torn down on `Drop` (processes killed, temp dirs removed,
 //! databases dropped), and nothing here ever stops the machine's shared Redis (6379) or
@@ -34,11 +35,12 @@ pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod resp;
+pub mod tls;
 
 mod process;
 mod tempdir;
 
-pub use cluster::{ClusterOptions, RedisCluster, key_slot, key_slot_bytes};
+pub use cluster::{ClusterOptions, RedisCluster, RedisTls, key_slot, key_slot_bytes};
 pub use daemon::{Daemon, cargo_bin};
 pub use http::{HttpResponse, http_get, http_request};
 pub use ports::{free_port, free_ports};
@@ -46,3 +48,4 @@ pub use postgres::Postgres;
 pub use proxy::TcpProxy;
 pub use redis::RedisServer;
 pub use resp::{Reply, RespConn};
+pub use tls::TestPki;

@@ -183,6 +183,28 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// Starts a server that also serves TLS on a free port with `tls`'s files (clients are not
+    /// asked for certificates); [`tls_url`](Self::tls_url) names it.
+    pub fn start_tls(tls: &crate::cluster::RedisTls) -> Result<Self> {
+        Self::start_with_args(&tls.args(free_port()))
+    }
+
+    /// The TLS port given with `--tls-port`, if any.
+    #[must_use]
+    pub fn tls_port(&self) -> Option<u16> {
+        let i = self.extra_args.iter().position(|a| a == "--tls-port")?;
+        self.extra_args.get(i + 1)?.parse().ok()
+    }
+
+    /// The TLS connection URL, `rediss://127.0.0.1:TLS_PORT/`; an error for a server started
+    /// without TLS.
+    pub fn tls_url(&self) -> Result<String> {
+        let port = self
+            .tls_port()
+            .ok_or_else(|| anyhow!("redis-server on port {} serves no TLS", self.port))?;
+        Ok(format!("rediss://127.0.0.1:{port}/"))
+    }
+
     /// The directory holding the server's data directory and log, for inspecting `nodes.conf`.
     #[must_use]
     pub fn dir(&self) -> &Path {

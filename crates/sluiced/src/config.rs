@@ -79,6 +79,8 @@ pub struct Config {
     pub store_timeout_ms: u64,
     /// Deadline of connecting to a store node, ms.
     pub store_connect_timeout_ms: u64,
+    /// CA and client certificate for a `rediss://` store (docs/tls.md).
+    pub redis_tls: crate::tls::RedisTlsFiles,
     /// Circuit breaker per store shard: open above this failure percentage...
     pub breaker_failure_pct: u64,
     /// ...over this window (ms)...
@@ -125,6 +127,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             store_timeout_ms: 3,
             store_connect_timeout_ms: 100,
+            redis_tls: crate::tls::RedisTlsFiles::default(),
             breaker_failure_pct: 50,
             breaker_window_ms: 5_000,
             breaker_min_calls: 20,

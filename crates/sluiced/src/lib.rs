@@ -20,6 +20,7 @@
 //! - [`control`]: the rule source (YAML file or PostgreSQL) and the admin API.
 //! - [`regions`]: gossip with the other regions (the delta shipper and the merge layer).
 //! - [`startup`]: readiness: the store warmed up before `/healthz` says ready.
+//! - [`tls`]: TLS on the listeners (reloaded on file change) and for `rediss://`.
 
 pub mod clock;
 pub mod config;
@@ -33,6 +34,7 @@ pub mod limits;
 pub mod metrics;
 pub mod regions;
 pub mod startup;
+pub mod tls;
 pub mod unary;
 
 use anyhow::Context as _;
@@ -74,6 +76,7 @@ async fn build_store(cfg: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<Arc
         cluster,
         timeout_ms: cfg.store_timeout_ms,
         connect_timeout_ms: cfg.store_connect_timeout_ms,
+        tls: cfg.redis_tls.to_store(),
     };
     match &cfg.store {
         StoreConfig::Memory { max_keys } => {

@@ -43,8 +43,8 @@
 use super::script::{Script, classify, decode_release};
 use super::slot::{SLOTS, key_slot};
 use super::{
-    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_request, decode_check, nothing_to_check,
-    redact, release_request,
+    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_request, client_for, decode_check,
+    nothing_to_check, redact, release_request,
 };
 use crate::{BoxFuture, Store, StoreError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -118,8 +118,11 @@ struct Inner {
     /// Slot → index into `Registry::numbered` ([`UNKNOWN`] before the first map).
     slots: Vec<AtomicU16>,
     registry: RwLock<Registry>,
-    /// The first seed's connection settings (AUTH, db, protocol); other nodes differ by address.
+    /// The first seed's connection settings (AUTH, db, protocol, TLS or not); other nodes
+    /// differ by address.
     template: ConnectionInfo,
+    /// The TLS files every node's `rediss://` connection uses, read once at start.
+    certs: Option<redis::TlsCertificates>,
     node_cfg: ConnectionManagerConfig,
     /// Seed addresses (`host:port`), asked when the map is unknown or no known node answers.
     seeds: Vec<String>,
@@ -217,11 +220,17 @@ impl Inner {
         let (host, port) = split_addr(addr).ok_or_else(|| {
             StoreError::Server(format!("redis cluster: bad node address {addr:?}"))
         })?;
-        let info = self
-            .template
-            .clone()
-            .set_addr(ConnectionAddr::Tcp(host.to_string(), port));
-        let client = redis::Client::open(info).map_err(|e| bad_url(addr, &e))?;
+        let node_addr = match self.template.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        let info = self.template.clone().set_addr(node_addr);
+        let client = client_for(info, self.certs.as_ref()).map_err(|e| bad_url(addr, &e))?;
         let conn = ConnectionManager::new_lazy_with_config(client, self.node_cfg.clone())
             .map_err(|e| bad_url(addr, &e))?;
         let created = Arc::new(Node {
@@ -458,18 +467,28 @@ impl RedisClusterStore {
     pub async fn connect(cfg: &RedisConfig) -> Result<RedisClusterStore, StoreError> {
         cfg.validate()?;
         let mut seeds = Vec::with_capacity(cfg.urls.len());
-        let mut template = None;
+        let mut template: Option<ConnectionInfo> = None;
         for url in &cfg.urls {
             let info = url
                 .as_str()
                 .into_connection_info()
                 .map_err(|e| bad_url(url, &e))?;
-            let ConnectionAddr::Tcp(host, port) = info.addr() else {
+            let (ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. }) =
+                info.addr()
+            else {
                 return Err(StoreError::Server(format!(
-                    "redis cluster: seed {} is not a redis://host:port URL",
+                    "redis cluster: seed {} is not a redis:// or rediss://host:port URL",
                     redact(url)
                 )));
             };
+            if let Some(first) = &template
+                && matches!(first.addr(), ConnectionAddr::TcpTls { .. })
+                    != matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+            {
+                return Err(StoreError::Server(
+                    "redis cluster: seeds mix redis:// and rediss://".into(),
+                ));
+            }
             seeds.push(format!("{host}:{port}"));
             template.get_or_insert(info);
         }
@@ -490,6 +509,7 @@ impl RedisClusterStore {
             slots: (0..SLOTS).map(|_| AtomicU16::new(UNKNOWN)).collect(),
             registry: RwLock::new(Registry::default()),
             template,
+            certs: cfg.tls.certificates()?,
             node_cfg,
             seeds,
             next_seed: AtomicUsize::new(0),

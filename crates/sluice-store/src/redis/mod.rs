@@ -41,14 +41,15 @@ use sluice_core::algo::Window;
 use sluice_core::batch::{Call, CallResult, Item};
 use sluice_core::time::SECOND;
 use sluice_core::{Micros, Params, Remote};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How to reach Redis. The daemon maps its `store:` config and `--redis` flags onto it.
 ///
-/// AUTH and TLS come through the URL (`redis://user:pass@host:6379/0`; `rediss://` needs the
-/// redis crate's TLS feature, which this build leaves out: see `docs/redis.md`).
+/// AUTH and TLS come through the URL (`redis://user:pass@host:6379/0`, `rediss://` for TLS,
+/// verified against the system's roots or [`RedisTlsConfig::ca_file`]: see `docs/tls.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// One URL for a standalone Redis; the seed nodes of a Cluster.
@@ -59,6 +60,68 @@ pub struct RedisConfig {
     pub timeout_ms: u64,
     /// Deadline of establishing one connection.
     pub connect_timeout_ms: u64,
+    /// Trust and client certificate for `rediss://` URLs (every Cluster node alike).
+    pub tls: RedisTlsConfig,
+}
+
+/// The files a `rediss://` connection uses beyond the URL. All optional: with none, the
+/// server certificate is verified against the system's roots and no client certificate is
+/// sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisTlsConfig {
+    /// PEM CA certificates to verify the server with, instead of the system's roots (a
+    /// private CA, as Redis deployments usually have).
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain, for a Redis with `tls-auth-clients yes`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+}
+
+impl RedisTlsConfig {
+    /// The certificates the redis crate takes, read from the files; `None` when no file is
+    /// set (the crate's defaults apply). A missing or unreadable file is a configuration
+    /// error, reported at start.
+    pub(crate) fn certificates(&self) -> Result<Option<redis::TlsCertificates>, StoreError> {
+        let read = |p: &PathBuf| {
+            std::fs::read(p)
+                .map_err(|e| StoreError::Server(format!("redis: reading {}: {e}", p.display())))
+        };
+        let client_tls = match (&self.cert_file, &self.key_file) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read(c)?,
+                client_key: read(k)?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(StoreError::Server(
+                    "redis: tls cert_file and key_file go together".into(),
+                ));
+            }
+        };
+        let root_cert = self.ca_file.as_ref().map(read).transpose()?;
+        if client_tls.is_none() && root_cert.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+}
+
+/// A client for `info`: with the TLS files when the address is TLS and files are set, so the
+/// standalone store and every Cluster node connect alike.
+pub(crate) fn client_for(
+    info: redis::ConnectionInfo,
+    certs: Option<&redis::TlsCertificates>,
+) -> redis::RedisResult<redis::Client> {
+    match (info.addr(), certs) {
+        (redis::ConnectionAddr::TcpTls { .. }, Some(c)) => {
+            redis::Client::build_with_tls(info, c.clone())
+        }
+        _ => redis::Client::open(info),
+    }
 }
 
 impl Default for RedisConfig {
@@ -68,6 +131,7 @@ impl Default for RedisConfig {
             cluster: false,
             timeout_ms: 3,
             connect_timeout_ms: 100,
+            tls: RedisTlsConfig::default(),
         }
     }
 }

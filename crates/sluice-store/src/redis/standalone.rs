@@ -16,8 +16,9 @@
 //! (different slots), so [`super::RedisClusterStore`] sends one call per script run.
 
 use super::script::{ScriptCall, classify_text};
-use super::{Engine, RedisConfig, bad_url, check_request, nothing_to_check, redact};
+use super::{Engine, RedisConfig, bad_url, check_request, client_for, nothing_to_check, redact};
 use crate::{BoxFuture, Store, StoreError};
+use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sluice_core::Micros;
 use sluice_core::batch::{Call, CallResult};
@@ -91,7 +92,12 @@ impl RedisStore {
             ));
         }
         let url = &cfg.urls[0];
-        let client = redis::Client::open(url.as_str()).map_err(|e| bad_url(url, &e))?;
+        let certs = cfg.tls.certificates()?;
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| bad_url(url, &e))?;
+        let client = client_for(info, certs.as_ref()).map_err(|e| bad_url(url, &e))?;
         let mgr_cfg = ConnectionManagerConfig::new()
             .set_response_timeout(Some(cfg.timeout()))
             .set_connection_timeout(Some(cfg.connect_timeout()))
