@@ -17,8 +17,9 @@
 //! apply them once; a database already up to date is not touched (no DDL, so a daemon's role
 //! needs no `CREATE` privilege once `sluicectl migrate` has run).
 
+use crate::pgtls::{self, MakeRustls, RustlsStream};
 use std::time::Duration;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, Socket};
 
 /// The channel `NOTIFY` announces new versions on (payload: the version).
 pub const CHANNEL: &str = "sluice_rules";
@@ -145,20 +146,54 @@ impl From<tokio_postgres::Error> for DbError {
     }
 }
 
+/// Connection settings and the TLS to negotiate with them (used when `sslmode` is
+/// `prefer`, `require`, `verify-ca` or `verify-full`).
+#[derive(Clone)]
+pub struct DbConfig {
+    pg: Config,
+    tls: MakeRustls,
+}
+
+impl std::fmt::Debug for DbConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Config's own Debug redacts the password.
+        f.debug_struct("DbConfig")
+            .field("pg", &self.pg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection and its driver, TLS or not.
+pub type Connection = tokio_postgres::Connection<Socket, RustlsStream<Socket>>;
+
+impl DbConfig {
+    /// The tokio-postgres settings.
+    pub fn pg(&self) -> &Config {
+        &self.pg
+    }
+
+    /// Connects, leaving the driver to the caller (for `LISTEN`, which polls it).
+    pub async fn connect_raw(&self) -> Result<(Client, Connection), tokio_postgres::Error> {
+        self.pg.connect(self.tls.clone()).await
+    }
+}
+
 /// Parses a URL (or key=value connection string) and sets the timeouts Sluice relies on:
 /// a connect timeout, so a dead server is noticed in seconds rather than the kernel's
 /// minutes, and TCP keepalives, so a silently dropped `LISTEN` link is noticed too.
-pub fn config(url: &str, connect_timeout: Duration, app: &str) -> Result<Config, DbError> {
-    let mut cfg: Config = url
+/// `sslmode=verify-ca|verify-full` and `sslrootcert=FILE` are read as libpq reads them
+/// ([`pgtls`]).
+pub fn config(url: &str, connect_timeout: Duration, app: &str) -> Result<DbConfig, DbError> {
+    let split = pgtls::split_url(url);
+    let mut cfg: Config = split
+        .url
         .parse()
         .map_err(|e: tokio_postgres::Error| DbError::BadUrl(e.to_string()))?;
-    if cfg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-        return Err(DbError::BadUrl(
-            "sslmode=require: this build connects to PostgreSQL without TLS; use a private \
-             network (or sslmode=prefer/disable) — see docs/control-plane.md"
-                .into(),
-        ));
-    }
+    let tls = pgtls::client_config(
+        split.verify,
+        split.root_cert.as_deref().map(std::path::Path::new),
+    )
+    .map_err(DbError::BadUrl)?;
     if cfg.get_connect_timeout().is_none() {
         cfg.connect_timeout(connect_timeout);
     }
@@ -169,13 +204,16 @@ pub fn config(url: &str, connect_timeout: Duration, app: &str) -> Result<Config,
     if cfg.get_application_name().is_none() {
         cfg.application_name(app);
     }
-    Ok(cfg)
+    Ok(DbConfig {
+        pg: cfg,
+        tls: MakeRustls::new(tls),
+    })
 }
 
 /// Connects and spawns the connection's driver; the client fails once the link is lost
 /// ([`Client::is_closed`]). For connections that only query (not `LISTEN`).
-pub async fn connect(cfg: &Config) -> Result<Client, DbError> {
-    let (client, conn) = cfg.connect(NoTls).await?;
+pub async fn connect(cfg: &DbConfig) -> Result<Client, DbError> {
+    let (client, conn) = cfg.connect_raw().await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "PostgreSQL connection ended");

@@ -12,6 +12,7 @@
 //! - [`model`]: rules and overrides as stored entries; diffs; the tightening check.
 //! - [`edit`]: the admin API's changes as pure functions on that state.
 //! - [`db`]: PostgreSQL connections, errors, and the schema with its migrations.
+//! - [`pgtls`]: TLS to PostgreSQL (`sslmode`, `sslrootcert`) over rustls.
 //! - [`store`]: the admin side of PostgreSQL: reads, history, status, versioned commits.
 //! - [`postgres`]: the daemon side: [`postgres::PgSource`] (load, push, pull, cache, status).
 //! - [`snapshot`]: the atomic on-disk copy of the last loaded set.
@@ -22,6 +23,7 @@ pub mod db;
 pub mod edit;
 pub mod file;
 pub mod model;
+pub mod pgtls;
 pub mod postgres;
 pub mod snapshot;
 pub mod store;

@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_postgres::{AsyncMessage, Client, IsolationLevel, NoTls};
+use tokio_postgres::{AsyncMessage, Client, IsolationLevel};
 
 /// How the daemon reaches PostgreSQL and how often it checks.
 #[derive(Clone, Debug)]
@@ -477,7 +477,7 @@ impl PgSource {
 
 /// Connects, migrates if asked, and loads everything in one consistent read.
 async fn initial_load(
-    cfg: &tokio_postgres::Config,
+    cfg: &db::DbConfig,
     migrate: bool,
 ) -> Result<(u64, String, State, RuleSet), String> {
     let mut c = db::connect(cfg).await.map_err(|e| e.to_string())?;
@@ -520,7 +520,7 @@ async fn listen(
         if *shutdown.borrow() {
             return;
         }
-        let connected = tokio::time::timeout(connect_timeout * 2, cfg.connect(NoTls)).await;
+        let connected = tokio::time::timeout(connect_timeout * 2, cfg.connect_raw()).await;
         match connected {
             Ok(Ok((client, mut conn))) => {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

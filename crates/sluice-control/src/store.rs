@@ -18,7 +18,7 @@ use serde_json::Value;
 use sluice_core::rules::RulesError;
 use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard};
-use tokio_postgres::{Client, Config, GenericClient, IsolationLevel};
+use tokio_postgres::{Client, GenericClient, IsolationLevel};
 
 /// How long one admin request may spend in PostgreSQL before it is reported unavailable.
 const STATEMENT_BUDGET: Duration = Duration::from_secs(10);
@@ -167,7 +167,7 @@ pub struct Status {
 /// pool would buy nothing.
 #[derive(Debug)]
 pub struct Store {
-    cfg: Config,
+    cfg: db::DbConfig,
     client: Mutex<Option<Client>>,
 }
 

@@ -44,7 +44,7 @@ pub use cluster::{ClusterOptions, RedisCluster, RedisTls, key_slot, key_slot_byt
 pub use daemon::{Daemon, cargo_bin};
 pub use http::{HttpResponse, http_get, http_request};
 pub use ports::{free_port, free_ports};
-pub use postgres::Postgres;
+pub use postgres::{PgServer, Postgres};
 pub use proxy::TcpProxy;
 pub use redis::RedisServer;
 pub use resp::{Reply, RespConn};

@@ -157,3 +157,175 @@ fn run_psql(db: &str, sql: &str) -> Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
 }
+
+/// A PostgreSQL server of a test's own (`initdb` + `pg_ctl` in a temp dir, on a free port,
+/// trust auth for user `postgres`), stopped and removed on drop.
+///
+/// For what the shared server must not be reconfigured for: [`PgServer::start_tls`] serves
+/// `ssl = on` with a [`TestPki`](crate::TestPki) certificate. When run as root, the server
+/// runs as the `postgres` user (PostgreSQL refuses root).
+#[derive(Debug)]
+pub struct PgServer {
+    port: u16,
+    dir: crate::tempdir::TempDir,
+    as_postgres: bool,
+}
+
+/// Where the server binaries are: `pg_config --bindir`, else the newest
+/// `/usr/lib/postgresql/*/bin`.
+fn pg_bin(name: &str) -> Result<std::path::PathBuf> {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
+        && out.status.success()
+    {
+        let p = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join(name);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    let mut dirs: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.into_iter()
+        .rev()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            anyhow!("{name} not found: install the server with `apt-get install postgresql`")
+        })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl PgServer {
+    /// Starts a server with `ssl = on`, the PKI's server certificate and key, on a free port.
+    pub fn start_tls(pki: &crate::TestPki) -> Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        let port = crate::free_port();
+        let dir = crate::tempdir::TempDir::new(&format!("pg-{port}"))?;
+        let as_postgres = is_root();
+        let data = dir.path().join("data");
+        let cert = dir.path().join("server.crt");
+        let key = dir.path().join("server.key");
+        std::fs::copy(pki.server_cert_file(), &cert)?;
+        std::fs::copy(pki.server_key_file(), &key)?;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+        if as_postgres {
+            let (uid, gid) = postgres_ids()?;
+            for p in [dir.path(), cert.as_path(), key.as_path()] {
+                std::os::unix::fs::chown(p, Some(uid), Some(gid))?;
+            }
+        }
+        let server = PgServer {
+            port,
+            dir,
+            as_postgres,
+        };
+        server.run(
+            &pg_bin("initdb")?,
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-U",
+                USER,
+                "--auth=trust",
+                "--no-sync",
+            ],
+        )?;
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file={} \
+             -c ssl_key_file={} -c fsync=off",
+            server.dir.path().display(),
+            cert.display(),
+            key.display()
+        );
+        server.run(
+            &pg_bin("pg_ctl")?,
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-l",
+                &server.dir.path().join("pg.log").display().to_string(),
+                "-o",
+                &opts,
+                "-w",
+                "start",
+            ],
+        )?;
+        Ok(server)
+    }
+
+    fn run(&self, bin: &std::path::Path, args: &[&str]) -> Result<()> {
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        };
+        let out = cmd
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| anyhow!(e).context(format!("running {}", bin.display())))?;
+        if !out.status.success() {
+            let log = std::fs::read_to_string(self.dir.path().join("pg.log")).unwrap_or_default();
+            bail!(
+                "{} failed ({}): {}{}\n{log}",
+                bin.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// The server's port.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/postgres`, plus `query` (e.g. `sslmode=require`)
+    /// after a `?` when not empty.
+    #[must_use]
+    pub fn url(&self, query: &str) -> String {
+        let base = format!("postgres://{USER}@{HOST}:{}/postgres", self.port);
+        if query.is_empty() {
+            base
+        } else {
+            format!("{base}?{query}")
+        }
+    }
+}
+
+fn postgres_ids() -> Result<(u32, u32)> {
+    let id = |flag: &str| -> Result<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("no `postgres` user to run a test server as: {HOW_TO}"))
+    };
+    Ok((id("-u")?, id("-g")?))
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let data = self.dir.path().join("data").display().to_string();
+        if let Ok(pg_ctl) = pg_bin("pg_ctl") {
+            let _ = self.run(&pg_ctl, &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        }
+    }
+}
