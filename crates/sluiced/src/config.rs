@@ -81,6 +81,8 @@ pub struct Config {
     pub store_connect_timeout_ms: u64,
     /// CA and client certificate for a `rediss://` store (docs/tls.md).
     pub redis_tls: crate::tls::RedisTlsFiles,
+    /// TLS on the HTTP, gRPC and admin listeners (docs/tls.md); plain text without it.
+    pub tls: crate::tls::TlsConfig,
     /// Circuit breaker per store shard: open above this failure percentage...
     pub breaker_failure_pct: u64,
     /// ...over this window (ms)...
@@ -128,6 +130,7 @@ impl Default for Config {
             store_timeout_ms: 3,
             store_connect_timeout_ms: 100,
             redis_tls: crate::tls::RedisTlsFiles::default(),
+            tls: crate::tls::TlsConfig::default(),
             breaker_failure_pct: 50,
             breaker_window_ms: 5_000,
             breaker_min_calls: 20,
@@ -178,6 +181,7 @@ impl Config {
         );
         self.gossip.validate()?;
         self.limits.validate()?;
+        self.tls.validate()?;
         Ok(())
     }
 

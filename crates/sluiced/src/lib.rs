@@ -178,6 +178,14 @@ pub async fn run(
 
     let http_addr = listeners.http.local_addr()?;
     let grpc_addr = listeners.grpc.local_addr()?;
+    let mut served = vec![
+        (tls::Listener::Http, http_addr),
+        (tls::Listener::Grpc, grpc_addr),
+    ];
+    if let Some(a) = &listeners.admin {
+        served.push((tls::Listener::Admin, a.local_addr()?));
+    }
+    tls::install(&cfg.tls, &served)?;
     // HTTP serves at once (`/healthz` answers 503 while starting); checks wait for the store.
     let ready = startup::Readiness::default();
     let http = tokio::spawn(limits::serve_http(

@@ -341,6 +341,7 @@ pub async fn serve_http(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
+    let tls = crate::tls::for_addr(listener.local_addr().ok());
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -349,7 +350,18 @@ pub async fn serve_http(
                         refuse(tcp);
                         continue;
                     };
-                    conns.spawn(http_connection(tcp, app.clone(), permit, stop.clone()));
+                    let (app, stop) = (app.clone(), stop.clone());
+                    match tls.clone() {
+                        None => conns.spawn(http_connection(tcp, app, permit, stop)),
+                        Some(tls) => conns.spawn(async move {
+                            let _ = tcp.set_nodelay(true);
+                            // The TLS handshake within the header deadline.
+                            let timeout = permit.guard.limits().header_timeout();
+                            if let Ok(Ok(s)) = tokio::time::timeout(timeout, tls.accept(tcp)).await {
+                                http_connection(s, app, permit, stop).await;
+                            }
+                        }),
+                    };
                 }
                 Err(e) => {
                     // Out of file descriptors, mostly: back off rather than spin.
@@ -366,13 +378,15 @@ pub async fn serve_http(
 }
 
 /// One HTTP/1.1 connection, closed gracefully (after its request in flight) on stop.
-async fn http_connection(
-    tcp: TcpStream,
+async fn http_connection<S>(
+    tcp: S,
     app: Router,
     permit: Connection,
     mut stop: watch::Receiver<bool>,
-) {
-    let _ = tcp.set_nodelay(true);
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + crate::tls::NoDelay + Unpin + Send + 'static,
+{
+    tcp.no_delay();
     let limits = permit.guard.limits().clone();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

@@ -32,7 +32,7 @@ use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::limiter_server::Limiter as _;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -91,6 +91,7 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut conns = JoinSet::new();
+    let tls = crate::tls::for_addr(listener.local_addr().ok());
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -99,7 +100,20 @@ pub async fn serve(
                         crate::limits::refuse(tcp);
                         continue;
                     };
-                    conns.spawn(connection(tcp, services.clone(), permit, stop.clone()));
+                    let (services, stop) = (services.clone(), stop.clone());
+                    match tls.clone() {
+                        None => conns.spawn(connection(tcp, services, permit, stop)),
+                        Some(tls) => conns.spawn(async move {
+                            let _ = tcp.set_nodelay(true);
+                            // The TLS handshake within the handshake deadline (ALPN h2).
+                            let timeout = services.guard.limits().header_timeout();
+                            match tokio::time::timeout(timeout, tls.accept(tcp)).await {
+                                Ok(Ok(s)) => connection(s, services, permit, stop).await,
+                                Ok(Err(e)) => tracing::debug!(error = %e, "gRPC TLS handshake failed"),
+                                Err(_) => services.guard.handshake_timed_out(),
+                            }
+                        }),
+                    };
                 }
                 Err(e) => {
                     // Out of file descriptors, mostly: back off rather than spin.
@@ -118,13 +132,15 @@ pub async fn serve(
 /// One client connection: HTTP/2 with a task per call, so a call waiting on the store does
 /// not hold up the others. Closed if its preface and SETTINGS (confirmed by a PING answered)
 /// have not arrived within `limits.header_timeout_ms`.
-async fn connection(
-    tcp: TcpStream,
+async fn connection<S>(
+    tcp: S,
     services: Arc<Services>,
     permit: crate::limits::Connection,
     mut stop: watch::Receiver<bool>,
-) {
-    let _ = tcp.set_nodelay(true);
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + crate::tls::NoDelay + Unpin + Send + 'static,
+{
+    tcp.no_delay();
     let limits = services.guard.limits();
     let settled_by = Instant::now() + limits.header_timeout();
     // A stream's window holds its largest message, so no call waits on a window update.
