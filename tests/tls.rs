@@ -300,3 +300,36 @@ fn a_plain_text_listener_on_a_non_loopback_address_is_warned_about() {
     assert_eq!(warned.len(), 1, "only the non-loopback one: {warned:?}");
     assert!(warned[0].contains("grpc"), "{warned:?}");
 }
+
+#[test]
+fn sluicectl_reaches_the_admin_api_over_https_with_a_ca_file() {
+    let pki = TestPki::new().expect("test certificates");
+    let extra = format!("{}read_token: t0ken-for-reads\n", tls_block(&pki, false));
+    let r = start(&pki, &extra, [127, 0, 0, 1]);
+    let ca = pki.ca_file().display().to_string();
+    wait_healthy(&r, &["--cacert", &ca]);
+    let ctl = cargo_bin("sluicectl").expect("sluicectl is built (cargo build --workspace --bins)");
+    let server = format!("https://localhost:{}", r.admin.port());
+    let run = |args: &[&str]| {
+        let out = Command::new(&ctl)
+            .args(["--server", &server, "--timeout", "20"])
+            .args(args)
+            .env("SLUICE_READ_TOKEN", "t0ken-for-reads")
+            .env_remove("SLUICE_ADMIN_TOKEN")
+            .output()
+            .expect("run sluicectl");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, text) = run(&["--ca-file", &ca, "-o", "json", "status"]);
+    assert!(ok, "sluicectl status over https: {text}");
+    let (ok, text) = run(&["status"]);
+    assert!(!ok, "the system's roots do not know the test CA: {text}");
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+}

@@ -1,9 +1,8 @@
 //! A small blocking HTTP/1.1 client: one request per connection, JSON in and out.
 //!
 //! `sluicectl` makes a handful of requests per run, so a std `TcpStream` is all it needs;
-//! an HTTP client crate (and its TLS stack) would double the build for nothing. Plain
-//! `http://` only: the admin API is meant to be reached on loopback or a private network (put
-//! a TLS-terminating proxy in front of it otherwise).
+//! an HTTP client crate would double the build for nothing. `https://` goes through rustls
+//! (the ring provider the daemon uses too), trusting `--ca-file` or the system's roots.
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -13,9 +12,13 @@ use std::time::Duration;
 /// Largest response body read.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
-/// Where requests go: `http://host:port` plus an optional path prefix.
+/// Where requests go: `http(s)://host:port` plus an optional path prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Server {
+    /// `https://`: TLS, verified against `ca_file` or the system's roots.
+    pub tls: bool,
+    /// PEM CA certificates for `https://` (`--ca-file`).
+    pub ca_file: Option<std::path::PathBuf>,
     /// `host:port` to connect to (and send as `Host`).
     pub authority: String,
     /// Prefix prepended to every path (no trailing slash), e.g. behind a proxy.
@@ -23,17 +26,15 @@ pub struct Server {
 }
 
 impl Server {
-    /// Parses `http://host[:port][/prefix]`; a bare `host:port` is taken as `http://`.
+    /// Parses `http(s)://host[:port][/prefix]`; a bare `host:port` is taken as `http://`.
     pub fn parse(url: &str) -> Result<Server> {
+        let tls = url.starts_with("https://");
         let rest = if let Some(r) = url.strip_prefix("http://") {
             r
-        } else if url.starts_with("https://") {
-            bail!(
-                "{url}: sluicectl speaks plain HTTP only; reach the admin API over loopback, a \
-                 private network or an SSH tunnel"
-            );
+        } else if let Some(r) = url.strip_prefix("https://") {
+            r
         } else if url.contains("://") {
-            bail!("{url}: expected an http:// URL");
+            bail!("{url}: expected an http:// or https:// URL");
         } else {
             url
         };
@@ -49,9 +50,11 @@ impl Server {
         {
             authority.to_string()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
         };
         Ok(Server {
+            tls,
+            ca_file: None,
             authority,
             prefix: path.trim_end_matches('/').to_string(),
         })
@@ -77,7 +80,8 @@ pub fn request(
     timeout: Duration,
 ) -> Result<Response> {
     let target = format!("{}{path}", server.prefix);
-    let what = format!("{method} http://{}{target}", server.authority);
+    let scheme = if server.tls { "https" } else { "http" };
+    let what = format!("{method} {scheme}://{}{target}", server.authority);
     let inner = || -> Result<Response> {
         let addrs: Vec<_> = server
             .authority
@@ -95,13 +99,18 @@ pub fn request(
                 Err(e) => last = Some(e),
             }
         }
-        let mut stream = match (stream, last) {
+        let stream = match (stream, last) {
             (Some(s), _) => s,
             (None, Some(e)) => return Err(anyhow!(e).context("connecting")),
             (None, None) => bail!("{} resolves to no address", server.authority),
         };
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
+        let mut stream: Box<dyn Conn> = if server.tls {
+            Box::new(tls_stream(server, stream)?)
+        } else {
+            Box::new(stream)
+        };
         let mut head = format!(
             "{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAccept: application/json\r\nUser-Agent: sluicectl/{}\r\n",
             server.authority,
@@ -123,6 +132,49 @@ pub fn request(
         read_response(&mut BufReader::new(stream))
     };
     inner().with_context(|| what)
+}
+
+/// A connection, plain or TLS.
+trait Conn: Read + Write {}
+impl<T: Read + Write> Conn for T {}
+
+/// The TLS client side on `tcp`, verifying the server's name in `server.authority`.
+fn tls_stream(
+    server: &Server,
+    tcp: TcpStream,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    match &server.ca_file {
+        Some(path) => {
+            for c in CertificateDer::pem_file_iter(path)
+                .with_context(|| format!("reading {}", path.display()))?
+            {
+                roots.add(c.with_context(|| format!("reading {}", path.display()))?)?;
+            }
+        }
+        None => {
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let host = server
+        .authority
+        .rsplit_once(':')
+        .map_or(server.authority.as_str(), |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let name = ServerName::try_from(host.to_string())
+        .with_context(|| format!("{host}: not a TLS server name"))?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name)?;
+    Ok(rustls::StreamOwned::new(conn, tcp))
 }
 
 fn line(r: &mut impl BufRead) -> Result<String> {
@@ -222,7 +274,9 @@ mod tests {
             Server::parse("localhost:9").expect("ok").authority,
             "localhost:9"
         );
-        assert!(Server::parse("https://x").is_err());
+        let s = Server::parse("https://admin.internal").expect("ok");
+        assert_eq!((s.authority.as_str(), s.tls), ("admin.internal:443", true));
+        assert!(!Server::parse("http://x").expect("ok").tls);
         assert!(Server::parse("ftp://x").is_err());
     }
 

@@ -34,6 +34,9 @@ struct Cli {
         default_value = "http://127.0.0.1:8082"
     )]
     server: String,
+    /// PEM CA certificates to verify an https:// server with (default: the system's roots).
+    #[arg(long, global = true, env = "SLUICE_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
     /// Output: a table for people, or the server's JSON for scripts.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -411,7 +414,10 @@ fn read_docs(file: &PathBuf) -> Result<Vec<Value>> {
 
 fn run(cli: Cli) -> Result<()> {
     let ctx = Ctx {
-        server: Server::parse(&cli.server)?,
+        server: Server {
+            ca_file: cli.ca_file.clone(),
+            ..Server::parse(&cli.server)?
+        },
         format: cli.output,
         timeout: Duration::from_secs(cli.timeout.max(1)),
     };
