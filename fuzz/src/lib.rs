@@ -269,20 +269,36 @@ fn check_payload(payload: &[u8]) {
     }
     let mut want: Vec<_> = u.figures.into_iter().filter(|f| f.kind.is_some()).collect();
     want.sort_by(|a, b| {
-        (&a.rule, &a.identity, a.window_start, a.count).cmp(&(
-            &b.rule,
-            &b.identity,
-            b.window_start,
-            b.count,
-        ))
+        (
+            &a.rule,
+            &a.identity,
+            a.window_start,
+            a.count,
+            a.kind.map(sluice_core::keys::code),
+        )
+            .cmp(&(
+                &b.rule,
+                &b.identity,
+                b.window_start,
+                b.count,
+                b.kind.map(sluice_core::keys::code),
+            ))
     });
     again.sort_by(|a, b| {
-        (&a.rule, &a.identity, a.window_start, a.count).cmp(&(
-            &b.rule,
-            &b.identity,
-            b.window_start,
-            b.count,
-        ))
+        (
+            &a.rule,
+            &a.identity,
+            a.window_start,
+            a.count,
+            a.kind.map(sluice_core::keys::code),
+        )
+            .cmp(&(
+                &b.rule,
+                &b.identity,
+                b.window_start,
+                b.count,
+                b.kind.map(sluice_core::keys::code),
+            ))
     });
     assert_eq!(again, want, "re-packed figures differ");
 }

@@ -27,12 +27,20 @@ fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
 
 fn sorted(mut v: Vec<Received>) -> Vec<Received> {
     v.sort_by(|a, b| {
-        (&a.rule, &a.identity, a.window_start, a.count).cmp(&(
-            &b.rule,
-            &b.identity,
-            b.window_start,
-            b.count,
-        ))
+        (
+            &a.rule,
+            &a.identity,
+            a.window_start,
+            a.count,
+            a.kind.map(sluice_core::keys::code),
+        )
+            .cmp(&(
+                &b.rule,
+                &b.identity,
+                b.window_start,
+                b.count,
+                b.kind.map(sluice_core::keys::code),
+            ))
     });
     v
 }
