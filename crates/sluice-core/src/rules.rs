@@ -529,7 +529,10 @@ impl<'a> Fields<'a> {
             .cloned()
             .collect();
         for k in unknown {
-            self.bad(&k, "unknown field");
+            // A YAML key that is no string (`? ` alone, `~:`) arrives empty: quoted, the
+            // problem still says which field.
+            let name = if k.is_empty() { "\"\"" } else { k.as_str() };
+            self.bad(name, "unknown field");
         }
     }
 }
