@@ -18,7 +18,7 @@
 -- sliding window, which takes two (current window, previous window). All share the
 -- `{identity}` hash tag, so the script runs on one Cluster slot.
 --
--- ARGV: "now cost", request_id, then one argument per item:
+-- ARGV: "now cost" or "now cost stale", request_id, then one argument per item:
 --   "code p1 p2 flags rcur rprev wstart wend", space-separated decimal integers, where
 --   code (1 token_bucket, 2 gcra, 3 fixed_window, 4 sliding_window, 5 sliding_log,
 --         6 concurrency), flags = enforce (1) + 2 × charge_rejected, rcur / rprev = the
@@ -27,6 +27,12 @@
 --            limit, window (sliding window, sliding log) | limit, timeout (concurrency).
 --   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); 0 for
 --   algorithms without windows.
+-- stale (optional, 0 = none): the Redis TIME (epoch microseconds) after which the call must
+--   not run. A call that waited on the wire longer than its caller did (Redis paused, a
+--   backlog after a stall) would otherwise take units for a request its daemon has already
+--   answered by the rule's failure mode; past `stale` it answers "SLUICE_STALE <late us>" and
+--   changes nothing. This is the one place Redis's clock is read, and only to compare: the
+--   algorithms still run on `now`.
 -- Numbers travel packed, a few arguments per call rather than nine per item: Redis copies
 -- and interns every argument and the script checks each, and on a fixed-window check that
 -- was most of its cost (docs/redis.md). One pattern match checks an item's digits.
@@ -35,7 +41,8 @@
 --          usage } as integers; a call of one fixed-window item answers only the integer
 --          count its window held before the call (see fw_alone).
 --
--- Errors: a key holding the wrong type or an unparsable value answers
+-- Errors: a call past its `stale` bound answers "SLUICE_STALE <microseconds late>"; a key
+-- holding the wrong type or an unparsable value answers
 --   "SLUICE_CORRUPT <key index> <detail>"  (1-based index into KEYS)
 -- and an argument that is not what the format says answers "SLUICE_BADARG <detail>".
 -- Nothing is written by a call that fails: every read and check happens before the first
@@ -119,7 +126,36 @@ local function arg_uint(i)
     return n
 end
 
--- Two integers in one argument ("now cost", "nk na").
+-- Redis's own clock in epoch microseconds, read once per script run (TIME is cheap but not
+-- free) and only when a call carries a stale bound. Effects replication (the default from
+-- Redis 7, asked for on older servers) lets a script write after reading the clock.
+local redis_now = nil
+local function clock_us()
+    if redis_now == nil then
+        if redis.replicate_commands then
+            redis.replicate_commands()
+        end
+        local t = rcall('TIME')
+        redis_now = t[1] * SECOND + t[2]
+    end
+    return redis_now
+end
+
+-- "now cost" or "now cost stale": the call's first argument. stale is 0 when absent.
+local function arg_head(i)
+    local a, b, c = match(ARGV[i] or '', '^(%d+) (%d+) ?(%d*)$')
+    if a == nil then
+        badarg('ARGV[' .. i .. '] is not "now cost [stale]"')
+    end
+    a, b = a + 0, b + 0
+    c = (c == '') and 0 or c + 0
+    if a > MAX_EXACT or b > MAX_EXACT or c > MAX_EXACT then
+        badarg('ARGV[' .. i .. '] ("now cost [stale]") holds a number above 2^53')
+    end
+    return a, b, c
+end
+
+-- Two integers in one argument ("nk na").
 local function arg_pair(i, what)
     local a, b = match(ARGV[i] or '', '^(%d+) (%d+)$')
     if a == nil then
@@ -703,11 +739,14 @@ end
 -- (0, 0, #ARGV for a single call). Returns the reply, or an error reply; key indexes in
 -- errors are the call's own (1-based).
 local function run_call(kb, ab, na)
-    local now, cost = arg_pair(ab + 1, 'now cost')
+    local now, cost, stale = arg_head(ab + 1)
     local rid = ARGV[ab + 2]
     local n = na - 2
     if rid == nil or n < 0 then
         badarg('a call needs "now cost" and a request id')
+    end
+    if stale > 0 and clock_us() > stale then
+        return redis.error_reply('SLUICE_STALE ' .. fmt(clock_us() - stale))
     end
 
     local items = {}
@@ -867,6 +906,8 @@ end
 -- others go on.
 if ARGV[1] == 'B' then
     local m = arg_uint(2)
+    -- Before any call writes: on a server older than 7, reading the clock after a write fails.
+    clock_us()
     local replies = {}
     local kb, ab = 0, 2
     for c = 1, m do

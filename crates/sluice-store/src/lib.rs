@@ -51,6 +51,14 @@ pub enum StoreError {
     /// The store is at its key bound and may not take a new key.
     #[error("store full: {0}")]
     Full(String),
+    /// The call reached the store after its stale bound and was not run: nothing changed.
+    /// Seen by a caller still waiting, it means the daemon's clock and the store's disagree
+    /// by more than the bound (or the daemon was slow to send), not an outage.
+    #[error("store refused a stale call, {late_us} us past its bound (nothing changed)")]
+    Stale {
+        /// How far past the bound the store ran it, by the store's clock.
+        late_us: u64,
+    },
 }
 
 impl StoreError {
@@ -59,7 +67,10 @@ impl StoreError {
     pub fn retryable(&self) -> bool {
         matches!(
             self,
-            StoreError::Timeout(_) | StoreError::Unavailable(_) | StoreError::Full(_)
+            StoreError::Timeout(_)
+                | StoreError::Unavailable(_)
+                | StoreError::Full(_)
+                | StoreError::Stale { .. }
         )
     }
 
@@ -67,7 +78,7 @@ impl StoreError {
     /// circuit breaker counts. Corrupt state and a refused argument are problems of one key or
     /// one request: the store answered, so they never open a breaker for every other caller.
     pub fn is_outage(&self) -> bool {
-        self.retryable()
+        self.retryable() && !matches!(self, StoreError::Stale { .. })
     }
 
     /// A short label for metrics.
@@ -78,8 +89,25 @@ impl StoreError {
             StoreError::Corrupt { .. } => "corrupt",
             StoreError::Server(_) => "server",
             StoreError::Full(_) => "full",
+            StoreError::Stale { .. } => "stale",
         }
     }
+}
+
+/// What became of store calls whose callers had already given up (a deadline passed), and
+/// of calls refused as stale while their callers still waited. All zero for a store that
+/// answers in the caller's own task (memory). See `redis/stale.rs`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LateReplies {
+    /// Run by the store after the caller gave up: they may have taken units the caller's
+    /// answer never reported.
+    pub ran: u64,
+    /// Refused by the store's stale bound: nothing changed.
+    pub stale: u64,
+    /// No reply ever came (connection lost, the reply wait ran out): outcome unknown.
+    pub lost: u64,
+    /// Refused as stale while the caller still waited (clock skew), then re-sent unbounded.
+    pub skewed: u64,
 }
 
 /// The async seam between the daemon and a counter store.
@@ -124,6 +152,11 @@ pub trait Store: Send + Sync + 'static {
     /// Scripts reloaded after `NOSCRIPT` (a restarted or failed-over Redis), for metrics.
     fn noscript_reloads(&self) -> u64 {
         0
+    }
+
+    /// Late replies so far, for metrics (see [`LateReplies`]).
+    fn late_replies(&self) -> LateReplies {
+        LateReplies::default()
     }
 
     /// Script runs made and the calls they carried (a batching store carries several per

@@ -27,6 +27,7 @@
 //!
 //! - **Deadline**: the whole call (redirections, a `NOSCRIPT` reload, `TRYAGAIN` waits) runs
 //!   under the store's `timeout_ms`; past it the call is a retryable `Timeout` and is dropped.
+//!   Its stale bound (`stale.rs`) keeps a node that gets to it later from running it.
 //! - **At most once**: a script is only sent again after a reply proving it did not run:
 //!   `MOVED`, `ASK`, `TRYAGAIN` or `NOSCRIPT`. A timeout or a broken connection is never
 //!   retried (the script may have run).
@@ -43,8 +44,7 @@
 use super::script::{Script, classify, decode_release};
 use super::slot::{SLOTS, key_slot};
 use super::{
-    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_request, client_for, decode_check,
-    nothing_to_check, redact, release_request,
+    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_bounded, client_for, redact, release_request,
 };
 use crate::{BoxFuture, Store, StoreError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -685,16 +685,10 @@ impl Store for RedisClusterStore {
     }
 
     fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>> {
-        Box::pin(async move {
-            let Some(enc) = check_request(call)? else {
-                return Ok(nothing_to_check());
-            };
-            let inner = &self.inner;
-            let reply = inner
-                .eval(&inner.engine.check, &enc.keys, &enc.args)
-                .await?;
-            decode_check(call, &reply)
-        })
+        let inner = &self.inner;
+        Box::pin(check_bounded(&inner.engine, call, move |enc| async move {
+            inner.eval(&inner.engine.check, &enc.keys, &enc.args).await
+        }))
     }
 
     fn release<'a>(

@@ -25,6 +25,7 @@
 mod cluster;
 mod script;
 mod slot;
+mod stale;
 mod standalone;
 
 pub use cluster::RedisClusterStore;
@@ -60,6 +61,10 @@ pub struct RedisConfig {
     pub timeout_ms: u64,
     /// Deadline of establishing one connection.
     pub connect_timeout_ms: u64,
+    /// How long after a call's `now` Redis may still run it (see `stale.rs`): `None` is
+    /// the call deadline (`timeout_ms`), `Some(0)` turns the bound off. Above the clock skew
+    /// between daemons and Redis, or skewed calls cost a second round trip.
+    pub stale_after_ms: Option<u64>,
     /// Trust and client certificate for `rediss://` URLs (every Cluster node alike).
     pub tls: RedisTlsConfig,
 }
@@ -131,6 +136,7 @@ impl Default for RedisConfig {
             cluster: false,
             timeout_ms: 3,
             connect_timeout_ms: 100,
+            stale_after_ms: None,
             tls: RedisTlsConfig::default(),
         }
     }
@@ -215,6 +221,8 @@ pub(crate) struct Engine {
     /// The budget of one warm-up step: a connection's set-up (two attempts, as the connection
     /// manager makes them) and a start's round trip.
     pub(crate) warm_up: Duration,
+    /// The stale bound and the late-reply counters.
+    pub(crate) staleness: stale::Staleness,
     noscript: AtomicU64,
 }
 
@@ -226,6 +234,7 @@ impl Engine {
             timeout: cfg.timeout(),
             timeout_ms: cfg.timeout_ms,
             warm_up: cfg.connect_timeout() * 2 + WARM_UP_SLACK,
+            staleness: stale::Staleness::new(cfg.stale_after_ms.unwrap_or(cfg.timeout_ms)),
             noscript: AtomicU64::new(0),
         }
     }
@@ -400,12 +409,45 @@ pub(crate) fn warm_up_release(tag: &str, now: Micros) -> Result<ScriptCall, Stor
     release_request(&format!("sl:{{{tag}}}:c"), "warm-up", now)
 }
 
-/// The `EVALSHA` of a check, or `None` for a call without items (nothing to ask Redis).
-pub(crate) fn check_request(call: &Call) -> Result<Option<ScriptCall>, StoreError> {
+/// The `EVALSHA` of a check bounded by `stale_at` (0: unbounded), or `None` for a call
+/// without items (nothing to ask Redis).
+pub(crate) fn check_request(
+    call: &Call,
+    stale_at: Micros,
+) -> Result<Option<ScriptCall>, StoreError> {
     if call.items.is_empty() {
         return Ok(None);
     }
-    encode_check(call).map(Some)
+    encode_check(call).map(|c| Some(c.stale_after(stale_at)))
+}
+
+/// A check sent by `send` under the call's stale bound, decoded. A call refused by its bound
+/// while still awaited says the clocks disagree (`stale.rs`): it is sent once more, unbounded,
+/// so skew costs a round trip and never an answer.
+pub(crate) async fn check_bounded<F, Fut>(
+    engine: &Engine,
+    call: &Call,
+    send: F,
+) -> Result<CallResult, StoreError>
+where
+    F: Fn(ScriptCall) -> Fut,
+    Fut: std::future::Future<Output = Result<redis::Value, StoreError>>,
+{
+    let stale = &engine.staleness;
+    let Some(enc) = check_request(call, stale.bound(call.now))? else {
+        return Ok(nothing_to_check());
+    };
+    let reply = match send(enc).await {
+        Err(StoreError::Stale { late_us }) => {
+            stale.skewed(late_us);
+            match check_request(call, 0)? {
+                Some(enc) => send(enc).await?,
+                None => return Ok(nothing_to_check()),
+            }
+        }
+        other => other?,
+    };
+    decode_check(call, &reply)
 }
 
 /// The answer to a call without items: allowed, no outcomes.

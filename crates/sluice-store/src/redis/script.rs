@@ -125,11 +125,29 @@ fn exact(what: &str, v: u64) -> Result<u64, StoreError> {
 pub struct ScriptCall {
     /// The Redis keys, in the order the script reads them (see [`item_keys`]).
     pub keys: Vec<String>,
-    /// `"now cost"`, the request id, then one argument per item:
+    /// `"now cost"` (or `"now cost stale"`, see [`ScriptCall::stale_after`]), the request
+    /// id, then one argument per item:
     /// `"code p1 p2 flags rcur rprev wstart wend"`. Packed, because Redis copies and the
     /// script checks every argument: nine per item were over a third of what a fixed-window
     /// check cost Redis (docs/redis.md).
     pub args: Vec<String>,
+}
+
+impl ScriptCall {
+    /// Bounds the call: Redis runs it only while its clock reads at most `at` (epoch
+    /// microseconds) and otherwise answers [`StoreError::Stale`] without changing anything.
+    /// A call whose caller has given up must not take units afterwards (a paused Redis runs
+    /// its whole backlog on resume). `0` leaves the call unbounded.
+    pub fn stale_after(mut self, at: Micros) -> ScriptCall {
+        if at > 0
+            && at <= MAX_EXACT
+            && let Some(head) = self.args.first_mut()
+        {
+            head.push(' ');
+            head.push_str(itoa::Buffer::new().format(at));
+        }
+        self
+    }
 }
 
 /// Encodes a call for `lua/check.lua`. Refuses numbers the script cannot hold exactly
@@ -307,6 +325,9 @@ fn by_code(code: &str, detail: &str, text: &str, keys: &[String]) -> StoreError 
             detail: text.to_string(),
         },
         "OOM" => StoreError::Full(text.to_string()),
+        "SLUICE_STALE" => StoreError::Stale {
+            late_us: detail.trim().parse().unwrap_or(0),
+        },
         "BUSY" | "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "MOVED"
         | "ASK" => StoreError::Unavailable(text.to_string()),
         _ => StoreError::Server(text.to_string()),

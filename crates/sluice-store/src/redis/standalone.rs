@@ -16,7 +16,7 @@
 //! (different slots), so [`super::RedisClusterStore`] sends one call per script run.
 
 use super::script::{ScriptCall, classify_text};
-use super::{Engine, RedisConfig, bad_url, check_request, client_for, nothing_to_check, redact};
+use super::{Engine, RedisConfig, bad_url, check_bounded, client_for, redact};
 use crate::{BoxFuture, Store, StoreError};
 use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -37,6 +37,12 @@ pub const IN_FLIGHT: usize = 4;
 /// Most calls in one batch: bounds one script run (and so the wait of the calls behind it)
 /// to well under a millisecond of Redis time.
 pub const MAX_BATCH: usize = 64;
+/// How long a script run waits for Redis's reply, its slot held, after its callers have
+/// given up (they answer at their own few-ms deadline). Holding the slot is what stops a
+/// stalled Redis from collecting a backlog: a paused server gets [`IN_FLIGHT`] runs, not one
+/// per deadline. Past it the run is abandoned and its calls count as `lost`; a reply that
+/// long late would be refused by its stale bound anyway.
+const REPLY_WAIT: Duration = Duration::from_secs(30);
 /// Calls that may wait for the batcher; beyond it callers wait (and time out at their
 /// deadline) instead of growing the queue.
 const QUEUE: usize = 8192;
@@ -99,7 +105,8 @@ impl RedisStore {
             .map_err(|e| bad_url(url, &e))?;
         let client = client_for(info, certs.as_ref()).map_err(|e| bad_url(url, &e))?;
         let mgr_cfg = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(cfg.timeout()))
+            // Calls keep their own deadline; the connection waits as long as a run does.
+            .set_response_timeout(Some(REPLY_WAIT))
             .set_connection_timeout(Some(cfg.connect_timeout()))
             // A reconnect retries once, quickly; calls meanwhile fail at their deadline and the
             // next call after a failure starts a new attempt.
@@ -149,32 +156,40 @@ impl RedisStore {
         )
     }
 
-    /// Runs the call at once when a slot is free and nobody queues (no hop through the
+    /// Sends the call at once when a slot is free and nobody queues (no wait for the
     /// batcher: an idle daemon's latency is the plain `EVALSHA`'s); otherwise queues it for
-    /// the next batch.
+    /// the next batch. Either way the script run is a task of its own that holds its slot
+    /// until Redis answers, so a caller that gives up at its deadline frees nothing: while
+    /// Redis stalls no more than [`IN_FLIGHT`] runs are ever on the wire, and the late
+    /// replies are counted (`stale.rs`).
     async fn queue_and_wait(&self, call: ScriptCall) -> Result<redis::Value, StoreError> {
-        if self.jobs.capacity() == self.jobs.max_capacity()
-            && let Ok(_slot) = self.slots.try_acquire()
-        {
-            self.stats.count(1);
-            let mut conn = self.conn.clone();
-            return self
-                .engine
-                .eval(&mut conn, &self.engine.check, &call.keys, &call.args)
-                .await;
-        }
-        // The deadline covers the wait for the batcher too (the direct run above has its own,
-        // inside `eval`).
+        let (reply, answer) = oneshot::channel();
+        let job = Job { call, reply };
+        let direct = if self.jobs.capacity() == self.jobs.max_capacity() {
+            self.slots.clone().try_acquire_owned().ok()
+        } else {
+            None
+        };
         let queued = async {
-            let (reply, answer) = oneshot::channel();
-            self.jobs
-                .send(Job { call, reply })
-                .await
-                .map_err(|_| StoreError::Unavailable("redis: the store is shutting down".into()))?;
+            match direct {
+                Some(slot) => {
+                    self.stats.count(1);
+                    let mut conn = self.conn.clone();
+                    let engine = self.engine.clone();
+                    tokio::spawn(async move {
+                        run_batch(&engine, &mut conn, vec![job]).await;
+                        drop(slot);
+                    });
+                }
+                None => self.jobs.send(job).await.map_err(|_| {
+                    StoreError::Unavailable("redis: the store is shutting down".into())
+                })?,
+            }
             answer
                 .await
                 .map_err(|_| StoreError::Unavailable("redis: the call was dropped".into()))?
         };
+        // The deadline covers the wait for a slot and the batcher too.
         tokio::time::timeout(self.engine.timeout, queued)
             .await
             .map_err(|_| StoreError::Timeout(self.engine.timeout_ms))?
@@ -222,24 +237,40 @@ async fn batcher(
     }
 }
 
-/// One script run for `jobs`: the plain form for one call, the batch form for more.
+/// One script run for `jobs`: the plain form for one call, the batch form for more. Waits
+/// for Redis's reply up to [`REPLY_WAIT`], past every caller's deadline: a reply nobody waits
+/// for any more is still read, to count what became of the call.
 async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<Job>) {
+    let answer = |job: Job, r: Result<redis::Value, StoreError>| {
+        if let Err(r) = job.reply.send(r) {
+            engine.staleness.late(&r);
+        }
+    };
     if jobs.len() == 1 {
         if let Some(job) = jobs.pop() {
             let r = engine
-                .eval(conn, &engine.check, &job.call.keys, &job.call.args)
+                .eval_within(
+                    REPLY_WAIT,
+                    conn,
+                    &engine.check,
+                    &job.call.keys,
+                    &job.call.args,
+                )
                 .await;
-            let _ = job.reply.send(r);
+            answer(job, r);
         }
         return;
     }
     let (keys, args, ends) = batch_form(&mut jobs);
-    let e = match engine.eval(conn, &engine.check, &keys, &args).await {
+    let e = match engine
+        .eval_within(REPLY_WAIT, conn, &engine.check, &keys, &args)
+        .await
+    {
         Ok(redis::Value::Array(replies)) if replies.len() == jobs.len() => {
             let mut start = 0;
             for ((job, r), end) in jobs.into_iter().zip(replies).zip(ends) {
                 let own = keys.get(start..end).unwrap_or_default();
-                let _ = job.reply.send(one_reply(r, own));
+                answer(job, one_reply(r, own));
                 start = end;
             }
             return;
@@ -252,7 +283,7 @@ async fn run_batch(engine: &Engine, conn: &mut ConnectionManager, mut jobs: Vec<
     };
     // The run as a whole failed: every call of it did.
     for job in jobs {
-        let _ = job.reply.send(Err(e.clone()));
+        answer(job, Err(e.clone()));
     }
 }
 
@@ -301,13 +332,13 @@ impl Store for RedisStore {
     }
 
     fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<CallResult, StoreError>> {
-        Box::pin(async move {
-            let Some(enc) = check_request(call)? else {
-                return Ok(nothing_to_check());
-            };
-            let reply = self.queue_and_wait(enc).await?;
-            super::decode_check(call, &reply)
-        })
+        Box::pin(check_bounded(&self.engine, call, |enc| {
+            self.queue_and_wait(enc)
+        }))
+    }
+
+    fn late_replies(&self) -> crate::LateReplies {
+        self.engine.staleness.snapshot()
     }
 
     fn release<'a>(
