@@ -77,6 +77,10 @@ pub struct Config {
     pub store: StoreConfig,
     /// Deadline of one store call, ms (the hot path's budget; no retries).
     pub store_timeout_ms: u64,
+    /// How long after a check's `now` Redis may still run its call, ms: a call past it
+    /// (its caller gave up; Redis was paused or backlogged) changes nothing. Unset: the
+    /// store deadline; 0: no bound. Keep it above the clock skew to Redis (docs/failure.md).
+    pub store_stale_after_ms: Option<u64>,
     /// Deadline of connecting to a store node, ms.
     pub store_connect_timeout_ms: u64,
     /// CA and client certificate for a `rediss://` store (docs/tls.md).
@@ -128,6 +132,7 @@ impl Default for Config {
             read_token: None,
             store: StoreConfig::default(),
             store_timeout_ms: 3,
+            store_stale_after_ms: None,
             store_connect_timeout_ms: 100,
             redis_tls: crate::tls::RedisTlsFiles::default(),
             tls: crate::tls::TlsConfig::default(),
@@ -168,6 +173,10 @@ impl Config {
         anyhow::ensure!(
             (1..=60_000).contains(&self.store_timeout_ms),
             "store_timeout_ms must be 1 to 60000"
+        );
+        anyhow::ensure!(
+            self.store_stale_after_ms.is_none_or(|s| s <= 3_600_000),
+            "store_stale_after_ms must be 0 (no bound) to 3600000"
         );
         anyhow::ensure!(
             (1..=100).contains(&self.breaker_failure_pct)

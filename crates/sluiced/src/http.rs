@@ -170,6 +170,21 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
     text.push_str(&format!(
         "# HELP sluice_store_script_runs_total Check script runs sent to the store (one per batch).\n# TYPE sluice_store_script_runs_total counter\nsluice_store_script_runs_total {runs}\n# HELP sluice_store_batched_calls_total Checks those runs carried: divided by the runs, the mean batch.\n# TYPE sluice_store_batched_calls_total counter\nsluice_store_batched_calls_total {batched}\n"
     ));
+    let late = engine.store.late_replies();
+    text.push_str("# HELP sluice_store_late_calls_total Store calls whose caller had given up (deadline passed), by what became of them: ran (may have taken units nobody was told of), stale (refused by the stale bound, nothing changed), lost (no reply: outcome unknown).\n# TYPE sluice_store_late_calls_total counter\n");
+    for (result, n) in [
+        ("ran", late.ran),
+        ("stale", late.stale),
+        ("lost", late.lost),
+    ] {
+        text.push_str(&format!(
+            "sluice_store_late_calls_total{{result=\"{result}\"}} {n}\n"
+        ));
+    }
+    text.push_str(&format!(
+        "# HELP sluice_store_skewed_calls_total Calls refused as stale while still awaited (this host's clock behind the store's), re-sent unbounded.\n# TYPE sluice_store_skewed_calls_total counter\nsluice_store_skewed_calls_total {}\n",
+        late.skewed
+    ));
     if let Some(j) = &engine.journal {
         text.push_str(&format!(
             "# HELP sluice_journal_backlog Quota admissions waiting to be replayed.\n# TYPE sluice_journal_backlog gauge\nsluice_journal_backlog {}\n# HELP sluice_journal_replayed_total Quota admissions replayed into the store.\n# TYPE sluice_journal_replayed_total counter\nsluice_journal_replayed_total {}\n",

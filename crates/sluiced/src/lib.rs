@@ -76,6 +76,7 @@ async fn build_store(cfg: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<Arc
         cluster,
         timeout_ms: cfg.store_timeout_ms,
         connect_timeout_ms: cfg.store_connect_timeout_ms,
+        stale_after_ms: cfg.store_stale_after_ms,
         tls: cfg.redis_tls.to_store(),
     };
     match &cfg.store {

@@ -60,6 +60,10 @@ struct Args {
     /// Deadline of one store call, ms (default 3).
     #[arg(long)]
     store_timeout_ms: Option<u64>,
+    /// How long after a check Redis may still run its call, ms (default: the store deadline;
+    /// 0: no bound).
+    #[arg(long)]
+    store_stale_after_ms: Option<u64>,
     /// Gossip UDP address (membership and counts between regions); regions are off without.
     #[arg(long)]
     gossip_addr: Option<SocketAddr>,
@@ -133,6 +137,9 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(t) = args.store_timeout_ms {
         cfg.store_timeout_ms = t;
+    }
+    if let Some(t) = args.store_stale_after_ms {
+        cfg.store_stale_after_ms = Some(t);
     }
     if let Some(a) = args.gossip_addr {
         cfg.gossip.addr = Some(a);

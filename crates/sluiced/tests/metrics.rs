@@ -54,6 +54,10 @@ async fn decisions_are_labelled_by_domain_and_rule_and_counters_are_counters() {
         "sluice_decisions_total{domain=\"a\",rule=\"per-key\",outcome=\"allowed\"} 1",
         "sluice_decisions_total{domain=\"b\",rule=\"per-key\",outcome=\"allowed\"} 2",
         "# TYPE sluice_store_noscript_reloads_total counter",
+        "sluice_store_late_calls_total{result=\"ran\"} 0",
+        "sluice_store_late_calls_total{result=\"stale\"} 0",
+        "sluice_store_late_calls_total{result=\"lost\"} 0",
+        "sluice_store_skewed_calls_total 0",
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");
     }
