@@ -69,6 +69,10 @@ struct Args {
     /// Redis port: the quota's count is read back with redis-cli at the end.
     #[arg(long)]
     redis_port: u16,
+    /// Each daemon's `/metrics` URL, in --target order: its late store calls are read at the
+    /// end, which bound how far the quota's count may exceed its admissions.
+    #[arg(long = "metrics-url")]
+    metrics_urls: Vec<String>,
     /// Most checks in flight; a check due when all are taken is counted as failed (shed).
     #[arg(long, default_value_t = 2048)]
     max_in_flight: usize,
@@ -125,6 +129,9 @@ struct Counts {
     unavailable: AtomicU64,
     failed: AtomicU64,
     released: AtomicU64,
+    /// Releases answered with no slot freed: the daemon's store call failed (the slot then
+    /// expires by its timeout) or the slot had already expired.
+    not_freed: AtomicU64,
     release_failed: AtomicU64,
 }
 
@@ -137,6 +144,7 @@ struct Snap {
     unavailable: u64,
     failed: u64,
     released: u64,
+    not_freed: u64,
     release_failed: u64,
 }
 
@@ -149,6 +157,7 @@ impl Counts {
             unavailable: self.unavailable.load(Relaxed),
             failed: self.failed.load(Relaxed),
             released: self.released.load(Relaxed),
+            not_freed: self.not_freed.load(Relaxed),
             release_failed: self.release_failed.load(Relaxed),
         }
     }
@@ -162,6 +171,7 @@ impl Snap {
         self.unavailable += o.unavailable;
         self.failed += o.failed;
         self.released += o.released;
+        self.not_freed += o.not_freed;
         self.release_failed += o.release_failed;
         self
     }
@@ -173,6 +183,7 @@ impl Snap {
             unavailable: self.unavailable - o.unavailable,
             failed: self.failed - o.failed,
             released: self.released - o.released,
+            not_freed: self.not_freed - o.not_freed,
             release_failed: self.release_failed - o.release_failed,
         }
     }
@@ -180,7 +191,8 @@ impl Snap {
         serde_json::json!({
             "sent": self.sent, "allowed": self.allowed, "over_limit": self.over,
             "unavailable": self.unavailable, "failed": self.failed,
-            "released": self.released, "release_failed": self.release_failed,
+            "released": self.released, "not_freed": self.not_freed,
+            "release_failed": self.release_failed,
         })
     }
 }
@@ -297,7 +309,8 @@ async fn one_check(sh: Arc<Shared>, si: usize, daemon: usize, conn: usize, key: 
             request_id: resp.request_id,
         };
         match tokio::time::timeout(sh.timeout, client.release(rel)).await {
-            Ok(Ok(_)) => c.released.fetch_add(1, Relaxed),
+            Ok(Ok(r)) if r.get_ref().released >= 1 => c.released.fetch_add(1, Relaxed),
+            Ok(Ok(_)) => c.not_freed.fetch_add(1, Relaxed),
             _ => c.release_failed.fetch_add(1, Relaxed),
         };
     }
@@ -395,6 +408,61 @@ fn redis_count(port: u16, identity: &str) -> anyhow::Result<u64> {
     let v = String::from_utf8_lossy(&get.stdout).trim().to_string();
     v.parse()
         .with_context(|| format!("quota key {key} holds {v:?}"))
+}
+
+/// One daemon's late store calls (`sluice_store_late_calls_total`, `..._skewed_calls_total`).
+#[derive(Default, Clone, Copy, Debug)]
+struct Late {
+    ran: u64,
+    stale: u64,
+    lost: u64,
+    skewed: u64,
+}
+
+impl Late {
+    fn add(mut self, o: Late) -> Late {
+        self.ran += o.ran;
+        self.stale += o.stale;
+        self.lost += o.lost;
+        self.skewed += o.skewed;
+        self
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({ "ran": self.ran, "stale": self.stale, "lost": self.lost, "skewed": self.skewed })
+    }
+    /// From a Prometheus text page.
+    fn parse(text: &str) -> Late {
+        let mut l = Late::default();
+        for line in text.lines() {
+            let Some((name, v)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(v) = v.parse::<u64>() else { continue };
+            match name {
+                "sluice_store_late_calls_total{result=\"ran\"}" => l.ran = v,
+                "sluice_store_late_calls_total{result=\"stale\"}" => l.stale = v,
+                "sluice_store_late_calls_total{result=\"lost\"}" => l.lost = v,
+                "sluice_store_skewed_calls_total" => l.skewed = v,
+                _ => {}
+            }
+        }
+        l
+    }
+}
+
+/// A daemon's late calls, read from its `/metrics` with curl (as redis-cli reads Redis); all
+/// zero, and a warning, when it cannot be read.
+fn late_calls(url: &str) -> Late {
+    match std::process::Command::new("curl")
+        .args(["-sf", "--max-time", "5", url])
+        .output()
+    {
+        Ok(o) if o.status.success() => Late::parse(&String::from_utf8_lossy(&o.stdout)),
+        other => {
+            eprintln!("could not read {url} (install curl): {other:?}");
+            Late::default()
+        }
+    }
 }
 
 async fn run(a: Args) -> anyhow::Result<bool> {
@@ -575,7 +643,10 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     for s in &sh.streams {
         let c = s.counts.snap();
         let rel = if s.hold.is_some() {
-            format!("{} ({} failed)", c.released, c.release_failed)
+            format!(
+                "{} freed, {} not freed, {} failed",
+                c.released, c.not_freed, c.release_failed
+            )
         } else {
             "-".to_string()
         };
@@ -627,10 +698,11 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         .map(|s| s.counts.snap())
         .unwrap_or_default();
     check(
-        conc.release_failed == 0 && conc.released == conc.allowed,
+        conc.release_failed == 0 && conc.released + conc.not_freed == conc.allowed,
         format!(
-            "concurrency: {} admitted, {} released, {} releases failed",
-            conc.allowed, conc.released, conc.release_failed
+            "concurrency: {} admitted, every release answered: {} freed, {} not freed (the \
+             store call failed; the slot expires by its timeout), {} unanswered",
+            conc.allowed, conc.released, conc.not_freed, conc.release_failed
         ),
     );
     let q = sh.streams[quota].counts.snap();
@@ -648,18 +720,36 @@ async fn run(a: Args) -> anyhow::Result<bool> {
             q.sent, a.quota_limit, q.over
         ),
     );
+    // The daemons' late store calls: what ran after its caller gave up, or whose reply was
+    // lost, is all the count may hold beyond the admissions.
+    let late: Vec<Late> = a.metrics_urls.iter().map(|u| late_calls(u)).collect();
+    let late_sum = late.iter().fold(Late::default(), |t, l| t.add(*l));
+    let counted = redis.as_ref().ok().copied();
+    let gap = counted.map(|c| c as i64 - q.allowed as i64);
     check(
-        redis.as_ref().ok() == Some(&q.allowed) && q.allowed == a.quota_limit,
+        counted == Some(a.quota_limit),
         format!(
-            "quota exact count: admitted by the daemons {} ({}) == Redis's count {} == limit {}",
+            "quota reached its limit: Redis's count {redis_s} == limit {}",
+            a.quota_limit
+        ),
+    );
+    check(
+        a.metrics_urls.len() == a.targets.len()
+            && gap.is_some_and(|g| g >= 0 && g as u64 <= late_sum.ran + late_sum.lost),
+        format!(
+            "quota count accounted for: Redis {redis_s} - admitted {} ({}) = {} <= late calls \
+             that ran ({}) or were lost ({}), over both daemons (stale-refused: {}, skewed: {})",
             q.allowed,
             by_daemon
                 .iter()
                 .map(u64::to_string)
                 .collect::<Vec<_>>()
                 .join(" + "),
-            redis_s,
-            a.quota_limit
+            gap.map_or_else(|| "?".to_string(), |g| g.to_string()),
+            late_sum.ran,
+            late_sum.lost,
+            late_sum.stale,
+            late_sum.skewed,
         ),
     );
     // RSS: the sample at the end of warm-up against the last one.
@@ -707,6 +797,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
             "rate": a.rate, "duration_s": a.duration, "daemons": a.targets,
             "samples": samples_json, "rules": rules_json,
             "quota": { "limit": a.quota_limit, "admitted": q.allowed, "by_daemon": by_daemon, "redis": redis.ok() },
+            "late_calls": late.iter().map(|l| l.json()).collect::<Vec<_>>(),
             "checks": checks, "passed": ok,
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)?)
@@ -734,6 +825,16 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn late_calls_are_read_from_the_metrics_page() {
+        let page = "# HELP x\nsluice_store_late_calls_total{result=\"ran\"} 3\n\
+                    sluice_store_late_calls_total{result=\"stale\"} 250\n\
+                    sluice_store_late_calls_total{result=\"lost\"} 7\n\
+                    sluice_store_skewed_calls_total 1\nsluice_other 9\n";
+        let l = Late::parse(page);
+        assert_eq!((l.ran, l.stale, l.lost, l.skewed), (3, 250, 7, 1));
+    }
 
     #[test]
     fn weights_add_up_and_every_algorithm_and_mode_is_covered() {
