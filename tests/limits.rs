@@ -303,6 +303,48 @@ fn streams_that_never_send_their_body_are_reset_and_bounded() {
     );
 }
 
+/// The stream budget is the daemon's, not a connection's: with `grpc_max_open_streams: 8`,
+/// eight bodiless streams over two connections take it all, a check on a third connection is
+/// answered UNAVAILABLE at once (counted), and once the eight are reset checks answer again.
+#[test]
+fn open_streams_are_bounded_over_all_connections() {
+    let r = start("limits:\n  grpc_max_open_streams: 8\n  body_timeout_ms: 1000\n");
+    let grpc = r.grpc;
+    let http = r.http;
+    let rt = runtime();
+    rt.block_on(async {
+        let a = connect(grpc).await;
+        let b = connect(grpc).await;
+        let mut bodiless = Vec::new();
+        for send in [&a, &b] {
+            for _ in 0..4 {
+                bodiless.push(open(send, grpc, CHECK, &[]).await);
+            }
+        }
+        tokio::task::spawn_blocking(move || wait_metric(http, "sluice_grpc_streams_open", 8))
+            .await
+            .expect("join");
+        let c = connect(grpc).await;
+        assert_eq!(
+            call(&c, grpc, CHECK, &[], &check_msg("over")).await,
+            "14",
+            "UNAVAILABLE past the daemon's stream budget"
+        );
+        for (resp, _stream) in bodiless {
+            let err = tokio::time::timeout(HANG, resp)
+                .await
+                .expect("a bodiless stream is reset")
+                .expect_err("reset, not answered");
+            assert_eq!(err.reason(), Some(h2::Reason::CANCEL), "{err}");
+        }
+        tokio::task::spawn_blocking(move || wait_metric(http, "sluice_grpc_streams_open", 0))
+            .await
+            .expect("join");
+        assert_eq!(call(&c, grpc, CHECK, &[], &check_msg("after")).await, "0");
+    });
+    assert_eq!(metric(r.http, "sluice_grpc_streams_refused_total"), 1);
+}
+
 #[test]
 fn an_expired_grpc_timeout_is_deadline_exceeded_without_a_decision() {
     let r = start("");

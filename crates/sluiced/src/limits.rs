@@ -54,6 +54,10 @@ pub struct LimitsConfig {
     pub body_timeout_ms: u64,
     /// Calls open at once on one gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
     pub grpc_max_concurrent_streams: u32,
+    /// gRPC calls open at once over all connections, bodies not yet read included: the
+    /// daemon's memory budget for streams (each holds up to a header block and a message).
+    /// Past it a new call is answered `UNAVAILABLE` at once, its body unread.
+    pub grpc_max_open_streams: usize,
     /// Largest request header block, bytes (HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE and the
     /// HTTP/1 header size).
     pub max_header_bytes: u32,
@@ -70,6 +74,8 @@ impl Default for LimitsConfig {
             // A gateway's burst on a new connection may arrive before the client has the
             // server's SETTINGS; streams past the limit would be refused.
             grpc_max_concurrent_streams: MAX_GRPC_STREAMS,
+            // Twice the in-flight bound: a burst's bodies may still be on their way.
+            grpc_max_open_streams: 8192,
             max_header_bytes: 8 << 10,
         }
     }
@@ -93,6 +99,10 @@ impl LimitsConfig {
         anyhow::ensure!(
             self.header_timeout_ms > 0 && self.body_timeout_ms > 0,
             "limits.header_timeout_ms and limits.body_timeout_ms must be greater than zero"
+        );
+        anyhow::ensure!(
+            self.grpc_max_open_streams > 0,
+            "limits.grpc_max_open_streams must be greater than zero"
         );
         anyhow::ensure!(
             (1..=MAX_GRPC_STREAMS).contains(&self.grpc_max_concurrent_streams),
@@ -158,6 +168,8 @@ impl PerPort {
 pub struct Guard {
     limits: LimitsConfig,
     in_flight: AtomicUsize,
+    streams: AtomicUsize,
+    streams_refused: AtomicU64,
     open: [AtomicUsize; 3],
     shed: PerPort,
     refused: PerPort,
@@ -174,6 +186,16 @@ pub struct InFlight<'a>(&'a Guard);
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An open gRPC call: holds one of the `grpc_max_open_streams` places until dropped.
+#[derive(Debug)]
+pub struct OpenStream<'a>(&'a Guard);
+
+impl Drop for OpenStream<'_> {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -196,6 +218,8 @@ impl Guard {
         Guard {
             limits,
             in_flight: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
+            streams_refused: AtomicU64::new(0),
             open: Default::default(),
             shed: PerPort::default(),
             refused: PerPort::default(),
@@ -219,6 +243,19 @@ impl Guard {
         if before >= self.limits.max_in_flight {
             drop(permit);
             self.shed.add(port);
+            return None;
+        }
+        Some(permit)
+    }
+
+    /// A place for one more open gRPC call, or `None` (counted) when
+    /// `grpc_max_open_streams` are open: the call is answered at once, its body unread.
+    pub fn open_stream(&self) -> Option<OpenStream<'_>> {
+        let before = self.streams.fetch_add(1, Ordering::Relaxed);
+        let permit = OpenStream(self);
+        if before >= self.limits.grpc_max_open_streams {
+            drop(permit);
+            self.streams_refused.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         Some(permit)
@@ -309,6 +346,13 @@ impl Exporter for Guard {
                 let _ = writeln!(out, "{name}{{port=\"{}\"}} {}", p.name(), c.get(p));
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_grpc_streams_open gRPC calls open now, bodies not yet read included (bound: limits.grpc_max_open_streams {}).\n# TYPE sluice_grpc_streams_open gauge\nsluice_grpc_streams_open {}\n# HELP sluice_grpc_streams_refused_total gRPC calls answered UNAVAILABLE on arrival because limits.grpc_max_open_streams were open.\n# TYPE sluice_grpc_streams_refused_total counter\nsluice_grpc_streams_refused_total {}",
+            self.limits.grpc_max_open_streams,
+            self.streams.load(Ordering::Relaxed),
+            self.streams_refused.load(Ordering::Relaxed)
+        );
         let _ = writeln!(
             out,
             "# HELP sluice_grpc_handshake_timeouts_total gRPC connections closed for not completing their preface and SETTINGS within limits.header_timeout_ms.\n# TYPE sluice_grpc_handshake_timeouts_total counter\nsluice_grpc_handshake_timeouts_total {}",

@@ -225,6 +225,11 @@ async fn call(
     let started = Instant::now();
     let guard = &services.guard;
     let limits = guard.limits();
+    // Held until the call ends, like its body's capacity: what all connections' calls hold
+    // together is bounded, not only what one connection's do.
+    let Some(_open) = guard.open_stream() else {
+        return fail(&mut respond, &streams_full(limits.grpc_max_open_streams));
+    };
     let (parts, mut body) = req.into_parts();
     if parts.method != http::Method::POST {
         let _ = respond.send_response(http_status(StatusCode::METHOD_NOT_ALLOWED), true);
@@ -324,19 +329,29 @@ fn deadline_passed() -> Status {
     Status::deadline_exceeded("the caller's deadline (grpc-timeout) passed")
 }
 
+/// The answer to a call that arrives while `grpc_max_open_streams` calls are open.
+fn streams_full(max: usize) -> Status {
+    overloaded(format!(
+        "overloaded: {max} calls are open (limits.grpc_max_open_streams); retry shortly"
+    ))
+}
+
 /// The answer to a check shed at the in-flight bound: `UNAVAILABLE` (which gRPC clients may
 /// retry, and Envoy's `failure_mode_deny` applies to), with a pushback hint.
 fn shed(max: usize) -> Status {
+    overloaded(format!(
+        "overloaded: {max} checks are being decided (limits.max_in_flight); retry shortly"
+    ))
+}
+
+/// `UNAVAILABLE` with `grpc-retry-pushback-ms: 100`: cheap to send, and a hint to back off.
+fn overloaded(message: String) -> Status {
     let mut md = tonic::metadata::MetadataMap::with_capacity(1);
     md.insert(
         "grpc-retry-pushback-ms",
         tonic::metadata::MetadataValue::from_static("100"),
     );
-    Status::with_metadata(
-        Code::Unavailable,
-        format!("overloaded: {max} checks are being decided (limits.max_in_flight); retry shortly"),
-        md,
-    )
+    Status::with_metadata(Code::Unavailable, message, md)
 }
 
 /// The caller's `grpc-timeout` (`1*8DIGIT` and a unit of `H M S m u n`), if it sent one.
