@@ -416,13 +416,26 @@ impl Engine {
                 self.store.release(&a.key, request_id, now),
             )
             .await;
-            match r {
-                Ok(Ok(true)) => released += 1,
-                Ok(Ok(false)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "release failed; the slot expires on its own")
+            let failed = match r {
+                Ok(Ok(true)) => {
+                    released += 1;
+                    None
                 }
-                Err(_) => tracing::warn!("release timed out; the slot expires on its own"),
+                Ok(Ok(false)) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some("timed out".to_string()),
+            };
+            if let Some(error) = failed {
+                // Counted always, logged the first time and every 1,000th: an outage fails
+                // every release, and a log line each would flood the logs it is read from.
+                let n = self
+                    .metrics
+                    .release_failures
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                if n % 1_000 == 1 {
+                    tracing::warn!(%error, failures = n, "release failed; the slot expires on its own (sluice_release_failures_total)");
+                }
             }
             self.local.release_sync(&a.key, request_id, now);
         }

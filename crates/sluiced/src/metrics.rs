@@ -107,6 +107,8 @@ pub struct Metrics {
     pub store_errors: AtomicU64,
     /// Checks whose deciding panicked (a bug), answered by the rules' failure modes.
     pub panics: AtomicU64,
+    /// Concurrency releases whose store call failed (the slot expires by its timeout).
+    pub release_failures: AtomicU64,
     /// Rule files/changes refused.
     pub rules_refused: AtomicU64,
 }
@@ -193,6 +195,11 @@ impl Metrics {
                 "sluice_check_panics_total",
                 "Checks whose deciding panicked (a bug), answered by the rules' failure modes.",
                 &self.panics,
+            ),
+            (
+                "sluice_release_failures_total",
+                "Concurrency releases whose store call failed or timed out: the slot is freed only by its timeout.",
+                &self.release_failures,
             ),
             (
                 "sluice_rules_refused_total",

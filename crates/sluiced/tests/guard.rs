@@ -89,9 +89,11 @@ impl Store for Scripted {
         request_id: &'a str,
         now: Micros,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(std::future::ready(Ok(self
-            .inner
-            .release_sync(key, request_id, now))))
+        let r = match self.act(key) {
+            Act::Fail(e) => Err(e),
+            _ => Ok(self.inner.release_sync(key, request_id, now)),
+        };
+        Box::pin(std::future::ready(r))
     }
 
     fn shard_of(&self, key: &str) -> usize {
@@ -112,6 +114,7 @@ rules:
   - { id: open, match: { route: open }, key: [k], algorithm: fixed_window, limit: 1000, window: 1h, on_store_failure: open }
   - { id: closed, match: { route: closed }, key: [k], algorithm: fixed_window, limit: 1000, window: 1h, on_store_failure: closed }
   - { id: local, match: { route: local }, key: [k], algorithm: fixed_window, limit: 4, window: 1h, on_store_failure: local }
+  - { id: conc, match: { route: conc }, key: [k], algorithm: concurrency, limit: 2, timeout: 10s, on_store_failure: open }
   - { id: global, match: { route: global }, key: [k], algorithm: fixed_window, limit: 5, window: 1m, scope: global, on_store_failure: closed }
 ";
 
@@ -327,4 +330,31 @@ async fn a_panic_outside_the_store_call_takes_the_failure_path() {
     assert_eq!(d.code, Code::Unavailable, "a fail-closed rule answers 503");
     // The engine keeps serving.
     assert_eq!(check(&e, "open", "o").await.code, Code::Ok);
+}
+
+/// A release the store fails frees no slot, answers 0 and is counted (and logged once per
+/// 1,000, not once each: an outage fails every release).
+#[tokio::test]
+async fn a_failed_release_is_counted() {
+    let store = Scripted::new();
+    let e = engine(store.clone(), breaker(SECOND));
+    let d = |k: &str| {
+        vec![
+            ("route".to_string(), "conc".to_string()),
+            ("k".to_string(), k.to_string()),
+        ]
+    };
+    let ok = e.check("d", d("ok"), 1).await.expect("a valid check");
+    assert!(ok.decision.allowed());
+    assert_eq!(
+        e.release("d", d("ok"), &ok.request_id)
+            .await
+            .expect("release"),
+        1
+    );
+    store.set("bad", Act::Fail(unavailable()));
+    for _ in 0..3 {
+        assert_eq!(e.release("d", d("bad"), "r1").await.expect("release"), 0);
+    }
+    assert_eq!(e.metrics.release_failures.load(Ordering::Relaxed), 3);
 }
