@@ -30,6 +30,8 @@
 //! - [`pack`]: a selection to datagram-sized packets and back.
 //! - [`metrics`]: counters for `/metrics`.
 //! - [`node`]: the running node ([`Node`]): socket, chitchat, ship and receive tasks.
+//! - [`wire_check`]: the property the fuzz target and the regression replay hold the decoder
+//!   to.
 //! - `transport`: chitchat's transport over the shared, framed socket.
 
 pub mod metrics;
@@ -37,6 +39,7 @@ pub mod node;
 pub mod pack;
 mod transport;
 pub mod wire;
+pub mod wire_check;
 
 pub use metrics::{Gauges, GossipMetrics};
 pub use node::{Config, GossipError, Member, Node, RuleLookup, Shippers, now_micros};
