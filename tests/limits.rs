@@ -12,7 +12,8 @@ use sluice_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use sluice_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_proto::sluice::v1::CheckRequest;
-use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports, http_get, http_request};
+use sluice_testkit::grpc_wire::{call, handshake, open, runtime};
+use sluice_testkit::{Daemon, RedisServer, TempDir, cargo_bin, free_ports, http_get, http_request};
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -38,19 +39,13 @@ const HANG: Duration = Duration::from_secs(60);
 
 struct Running {
     _daemon: Daemon,
-    _dir: Scratch,
+    // After the daemon: its config is removed once it is gone.
+    _dir: TempDir,
     http: SocketAddr,
     grpc: SocketAddr,
+    /// The gRPC port as a request URI's scheme and authority, for the wire calls.
+    base: String,
     admin: SocketAddr,
-}
-
-/// The config's directory, removed when the test ends.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A daemon on the memory store with `extra` appended to its config file.
@@ -60,12 +55,10 @@ fn start(extra: &str) -> Running {
     let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
     let admin: SocketAddr = ([127, 0, 0, 1], ports[2]).into();
     let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build -p sluiced --bins)");
-    let dir =
-        std::env::temp_dir().join(format!("sluice-limits-{}-{}", std::process::id(), ports[0]));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let rules = dir.join("rules.yaml");
+    let dir = TempDir::new(&format!("limits-{}", ports[0])).expect("temp dir");
+    let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, RULES).expect("write rules");
-    let config = dir.join("sluiced.yaml");
+    let config = dir.path().join("sluiced.yaml");
     std::fs::write(
         &config,
         format!(
@@ -82,9 +75,10 @@ fn start(extra: &str) -> Running {
         .expect("sluiced becomes healthy");
     Running {
         _daemon: daemon,
-        _dir: Scratch(dir),
+        _dir: dir,
         http,
         grpc,
+        base: format!("http://{grpc}"),
         admin,
     }
 }
@@ -109,21 +103,6 @@ fn wait_metric(http: SocketAddr, series: &str, want: u64) {
         assert!(Instant::now() < until, "{series} stayed at {v}, not {want}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-fn framed(msg: &[u8]) -> bytes::Bytes {
-    let mut b = vec![0];
-    b.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    b.extend_from_slice(msg);
-    b.into()
 }
 
 fn check_msg(key: &str) -> Vec<u8> {
@@ -153,77 +132,23 @@ fn rls_msg(user: &str) -> Vec<u8> {
 const CHECK: &str = "/sluice.v1.Limiter/Check";
 const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// An HTTP/2 connection to the gRPC port, its I/O on its own task.
+/// An HTTP/2 connection to the gRPC port, its I/O on its own task; its windows take a
+/// message near the 4 MiB cap in one go.
 async fn connect(grpc: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
     let tcp = tokio::net::TcpStream::connect(grpc).await.expect("connect");
-    let (send, conn) = h2::client::Builder::new()
+    let mut builder = h2::client::Builder::new();
+    builder
         .initial_window_size(8 << 20)
-        .initial_connection_window_size(16 << 20)
-        .handshake::<_, bytes::Bytes>(tcp)
-        .await
-        .expect("handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    send
-}
-
-/// Opens a call (headers sent, body open), with extra request headers.
-async fn open(
-    send: &h2::client::SendRequest<bytes::Bytes>,
-    grpc: SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
-    let mut req = http::Request::post(format!("http://{grpc}{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(()).expect("request");
-    let mut ready = send.clone().ready().await.expect("connection ready");
-    ready.send_request(req, false).expect("send")
-}
-
-/// A whole call: its `grpc-status` (from a trailers-only answer or the trailers).
-async fn call(
-    send: &h2::client::SendRequest<bytes::Bytes>,
-    grpc: SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-    msg: &[u8],
-) -> String {
-    let (resp, mut stream) = open(send, grpc, path, headers).await;
-    stream.send_data(framed(msg), true).expect("send data");
-    status_of(resp).await
-}
-
-async fn status_of(resp: h2::client::ResponseFuture) -> String {
-    let resp = resp.await.expect("response");
-    assert_eq!(resp.status(), 200);
-    let text = |h: &http::HeaderMap| {
-        h.get("grpc-status")
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    };
-    if let Some(s) = text(resp.headers()) {
-        // Trailers-only: the server may reset the rest of a request it did not read.
-        return s;
-    }
-    let mut body = resp.into_body();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.expect("data");
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
-    let trailers = body.trailers().await.expect("trailers").expect("some");
-    text(&trailers).expect("grpc-status")
+        .initial_connection_window_size(16 << 20);
+    handshake(tcp, &builder).await.expect("handshake")
 }
 
 #[test]
 fn a_message_over_the_cap_is_resource_exhausted_and_the_connection_keeps_serving() {
     let r = start("");
     let grpc = r.grpc;
-    let rt = runtime();
+    let base = r.base.as_str();
+    let rt = runtime().expect("runtime");
     rt.block_on(async {
         let send = connect(grpc).await;
         // A valid CheckRequest just under 4 MiB (tonic's default cap): the daemon must refuse
@@ -234,12 +159,15 @@ fn a_message_over_the_cap_is_resource_exhausted_and_the_connection_keeps_serving
             cost: None,
         }
         .encode_to_vec();
-        let code = tokio::time::timeout(HANG, call(&send, grpc, CHECK, &[], &big))
+        let code = tokio::time::timeout(HANG, call(&send, base, CHECK, &[], &big))
             .await
-            .expect("answered");
+            .expect("answered")
+            .expect("a grpc-status");
         assert_eq!(code, "8", "RESOURCE_EXHAUSTED");
         // The same connection still serves.
-        let ok = call(&send, grpc, CHECK, &[], &check_msg("after")).await;
+        let ok = call(&send, base, CHECK, &[], &check_msg("after"))
+            .await
+            .expect("a grpc-status");
         assert_eq!(ok, "0");
     });
     assert_eq!(
@@ -253,14 +181,17 @@ fn a_message_over_the_cap_is_resource_exhausted_and_the_connection_keeps_serving
 fn streams_that_never_send_their_body_are_reset_and_bounded() {
     let r = start("");
     let grpc = r.grpc;
-    let rt = runtime();
+    let base = r.base.as_str();
+    let rt = runtime().expect("runtime");
     rt.block_on(async {
         let tcp = tokio::net::TcpStream::connect(grpc).await.expect("connect");
         let (send, mut conn) = h2::client::handshake(tcp).await.expect("handshake");
         // Drive the connection until the server's SETTINGS are in.
         let mut send = send;
         let probe = async {
-            let c = call(&send, grpc, CHECK, &[], &check_msg("probe")).await;
+            let c = call(&send, base, CHECK, &[], &check_msg("probe"))
+                .await
+                .expect("a grpc-status");
             assert_eq!(c, "0");
         };
         tokio::select! {
@@ -277,11 +208,13 @@ fn streams_that_never_send_their_body_are_reset_and_bounded() {
         });
         let mut bodiless = Vec::new();
         for _ in 0..20 {
-            bodiless.push(open(&send, grpc, CHECK, &[]).await);
+            bodiless.push(open(&send, base, CHECK, &[]).await.expect("a stream"));
         }
         // While they hang, other calls on the connection are answered.
         assert_eq!(
-            call(&send, grpc, CHECK, &[], &check_msg("meanwhile")).await,
+            call(&send, base, CHECK, &[], &check_msg("meanwhile"))
+                .await
+                .expect("a grpc-status"),
             "0"
         );
         for (resp, _stream) in bodiless {
@@ -293,7 +226,9 @@ fn streams_that_never_send_their_body_are_reset_and_bounded() {
         }
         send = send.ready().await.expect("the connection stays open");
         assert_eq!(
-            call(&send, grpc, CHECK, &[], &check_msg("after")).await,
+            call(&send, base, CHECK, &[], &check_msg("after"))
+                .await
+                .expect("a grpc-status"),
             "0"
         );
     });
@@ -310,15 +245,16 @@ fn streams_that_never_send_their_body_are_reset_and_bounded() {
 fn open_streams_are_bounded_over_all_connections() {
     let r = start("limits:\n  grpc_max_open_streams: 8\n  body_timeout_ms: 1000\n");
     let grpc = r.grpc;
+    let base = r.base.as_str();
     let http = r.http;
-    let rt = runtime();
+    let rt = runtime().expect("runtime");
     rt.block_on(async {
         let a = connect(grpc).await;
         let b = connect(grpc).await;
         let mut bodiless = Vec::new();
         for send in [&a, &b] {
             for _ in 0..4 {
-                bodiless.push(open(send, grpc, CHECK, &[]).await);
+                bodiless.push(open(send, base, CHECK, &[]).await.expect("a stream"));
             }
         }
         tokio::task::spawn_blocking(move || wait_metric(http, "sluice_grpc_streams_open", 8))
@@ -326,7 +262,9 @@ fn open_streams_are_bounded_over_all_connections() {
             .expect("join");
         let c = connect(grpc).await;
         assert_eq!(
-            call(&c, grpc, CHECK, &[], &check_msg("over")).await,
+            call(&c, base, CHECK, &[], &check_msg("over"))
+                .await
+                .expect("a grpc-status"),
             "14",
             "UNAVAILABLE past the daemon's stream budget"
         );
@@ -340,7 +278,12 @@ fn open_streams_are_bounded_over_all_connections() {
         tokio::task::spawn_blocking(move || wait_metric(http, "sluice_grpc_streams_open", 0))
             .await
             .expect("join");
-        assert_eq!(call(&c, grpc, CHECK, &[], &check_msg("after")).await, "0");
+        assert_eq!(
+            call(&c, base, CHECK, &[], &check_msg("after"))
+                .await
+                .expect("a grpc-status"),
+            "0"
+        );
     });
     assert_eq!(metric(r.http, "sluice_grpc_streams_refused_total"), 1);
 }
@@ -349,25 +292,37 @@ fn open_streams_are_bounded_over_all_connections() {
 fn an_expired_grpc_timeout_is_deadline_exceeded_without_a_decision() {
     let r = start("");
     let grpc = r.grpc;
-    let rt = runtime();
+    let base = r.base.as_str();
+    let rt = runtime().expect("runtime");
     rt.block_on(async {
         let send = connect(grpc).await;
         let gone = [("grpc-timeout", "1n")];
         assert_eq!(
-            call(&send, grpc, CHECK, &gone, &check_msg("late")).await,
+            call(&send, base, CHECK, &gone, &check_msg("late"))
+                .await
+                .expect("a grpc-status"),
             "4"
         );
-        assert_eq!(call(&send, grpc, RLS, &gone, &rls_msg("late")).await, "4");
+        assert_eq!(
+            call(&send, base, RLS, &gone, &rls_msg("late"))
+                .await
+                .expect("a grpc-status"),
+            "4"
+        );
         // A deadline still ahead: decided as usual.
         let ahead = [("grpc-timeout", "10S")];
         assert_eq!(
-            call(&send, grpc, CHECK, &ahead, &check_msg("on-time")).await,
+            call(&send, base, CHECK, &ahead, &check_msg("on-time"))
+                .await
+                .expect("a grpc-status"),
             "0"
         );
         // A malformed one is an error, as gRPC servers answer.
         let bad = [("grpc-timeout", "soon")];
         assert_eq!(
-            call(&send, grpc, CHECK, &bad, &check_msg("bad")).await,
+            call(&send, base, CHECK, &bad, &check_msg("bad"))
+                .await
+                .expect("a grpc-status"),
             "13"
         );
     });
@@ -491,14 +446,17 @@ fn keep_alive_get(s: &mut TcpStream, path: &str) -> String {
 fn connections_past_the_cap_are_refused_on_every_port() {
     let r = start("limits: { max_connections: 3, header_timeout_ms: 600000 }\n");
     let (grpc, http, admin) = (r.grpc, r.http, r.admin);
-    let rt = runtime();
+    let base = r.base.as_str();
+    let rt = runtime().expect("runtime");
     // gRPC: three connections serve, the fourth is closed without a byte.
     let held = rt.block_on(async {
         let mut held = Vec::new();
         for i in 0..3 {
             let send = connect(grpc).await;
             assert_eq!(
-                call(&send, grpc, CHECK, &[], &check_msg(&format!("c{i}"))).await,
+                call(&send, base, CHECK, &[], &check_msg(&format!("c{i}")))
+                    .await
+                    .expect("a grpc-status"),
                 "0"
             );
             held.push(send);
@@ -553,6 +511,7 @@ fn past_the_in_flight_bound_checks_are_shed_at_once_and_counted() {
     ));
     let http = r.http;
     let grpc = r.grpc;
+    let base = r.base.as_str();
     // Warm: the store's connection and script are in place.
     assert_eq!(check_json(http, "warm"), 200);
     redis.pause().expect("SIGSTOP redis");
@@ -592,14 +551,21 @@ fn past_the_in_flight_bound_checks_are_shed_at_once_and_counted() {
             .is_some_and(|e| e.contains("overloaded")),
         "{v}"
     );
-    let rt = runtime();
+    let rt = runtime().expect("runtime");
     rt.block_on(async {
         let send = connect(grpc).await;
         assert_eq!(
-            call(&send, grpc, CHECK, &[], &check_msg("shed")).await,
+            call(&send, base, CHECK, &[], &check_msg("shed"))
+                .await
+                .expect("a grpc-status"),
             "14"
         );
-        assert_eq!(call(&send, grpc, RLS, &[], &rls_msg("shed")).await, "14");
+        assert_eq!(
+            call(&send, base, RLS, &[], &rls_msg("shed"))
+                .await
+                .expect("a grpc-status"),
+            "14"
+        );
     });
     assert!(redis.is_paused(), "all of it while the store was stalled");
     assert_eq!(metric(http, "sluice_checks_shed_total{port=\"http\"}"), 1);

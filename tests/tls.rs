@@ -7,6 +7,7 @@ use prost::Message as _;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use sluice_proto::sluice::v1::CheckRequest;
+use sluice_testkit::grpc_wire::{call, handshake, runtime};
 use sluice_testkit::{Daemon, TestPki, cargo_bin, free_ports};
 use std::net::SocketAddr;
 use std::process::Command;
@@ -148,58 +149,23 @@ async fn tls_connect(
         .expect("TLS handshake")
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// One `sluice.v1.Limiter/Check` over TLS + h2: its `grpc-status`.
 async fn grpc_check(pki: &TestPki, grpc: SocketAddr) -> String {
     let tls = tls_connect(pki, grpc, b"h2").await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (send, conn) = h2::client::handshake(tls).await.expect("h2 handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let send = handshake(tls, &h2::client::Builder::new())
+        .await
+        .expect("h2 handshake");
     let msg = CheckRequest {
         domain: "api".into(),
         descriptors: [("api_key".to_string(), "k".to_string())].into(),
         cost: None,
     }
     .encode_to_vec();
-    let mut framed = vec![0];
-    framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&msg);
-    let req = http::Request::post(format!(
-        "https://localhost:{}/sluice.v1.Limiter/Check",
-        grpc.port()
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .expect("request");
-    let mut ready = send.ready().await.expect("ready");
-    let (resp, mut body) = ready.send_request(req, false).expect("send");
-    body.send_data(framed.into(), true).expect("data");
-    let resp = resp.await.expect("response");
-    assert_eq!(resp.status(), 200);
-    let status = |h: &http::HeaderMap| {
-        h.get("grpc-status")
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    };
-    if let Some(s) = status(resp.headers()) {
-        return s;
-    }
-    let mut body = resp.into_body();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.expect("data");
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
-    let trailers = body.trailers().await.expect("trailers").expect("some");
-    status(&trailers).expect("grpc-status")
+    let base = format!("https://localhost:{}", grpc.port());
+    call(&send, &base, "/sluice.v1.Limiter/Check", &[], &msg)
+        .await
+        .expect("a grpc-status")
 }
 
 #[test]
@@ -220,7 +186,7 @@ fn every_listener_serves_tls_and_a_rewritten_certificate_is_served() {
     let plain = curl(&format!("http://127.0.0.1:{}/healthz", r.http.port()), &[]);
     assert!(matches!(plain, Err(_) | Ok(0)), "{plain:?}");
 
-    let rt = runtime();
+    let rt = runtime().expect("runtime");
     assert_eq!(
         rt.block_on(grpc_check(&pki, r.grpc)),
         "0",

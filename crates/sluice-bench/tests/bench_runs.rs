@@ -3,10 +3,8 @@
 //! allows. (Throughput and latency are measured by running it, never asserted here.)
 
 use serde_json::Value;
-use sluice_testkit::{Daemon, cargo_bin, free_ports};
-use std::net::SocketAddr;
+use sluice_testkit::SluicedOnRules;
 use std::process::Command;
-use std::time::Duration;
 
 const RULES: &str = r#"
 domain: bench
@@ -14,56 +12,8 @@ rules:
   - { id: per-user, key: [user], algorithm: fixed_window, limit: 100, window: 1h }
 "#;
 
-struct Running {
-    _daemon: Daemon,
-    _dir: Scratch,
-    http: SocketAddr,
-    grpc: SocketAddr,
-}
-
-/// The rules file's directory, removed when the test ends.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn start() -> Running {
-    let ports = free_ports(2);
-    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
-    let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
-    let dir = std::env::temp_dir().join(format!(
-        "sluice-bench-runs-{}-{}",
-        std::process::id(),
-        ports[0]
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let rules = dir.join("rules.yaml");
-    std::fs::write(&rules, RULES).expect("write rules");
-    let mut daemon = Daemon::spawn(
-        cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)"),
-        &[
-            "--rules",
-            rules.to_str().expect("utf-8 path"),
-            "--http-addr",
-            &http.to_string(),
-            "--grpc-addr",
-            &grpc.to_string(),
-        ],
-        &[("RUST_LOG", "warn")],
-    )
-    .expect("spawn sluiced");
-    daemon
-        .wait_http_ok(http, "/healthz", Duration::from_secs(20))
-        .expect("sluiced becomes healthy");
-    Running {
-        _daemon: daemon,
-        _dir: Scratch(dir),
-        http,
-        grpc,
-    }
+fn start() -> SluicedOnRules {
+    SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)")
 }
 
 fn bench(args: &[&str]) -> Value {

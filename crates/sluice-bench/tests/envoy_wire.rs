@@ -12,9 +12,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
-use sluice_testkit::{Daemon, cargo_bin, free_ports};
+use sluice_testkit::SluicedOnRules;
 use std::net::SocketAddr;
-use std::time::Duration;
 use tonic::transport::Channel;
 
 const RULES: &str = r#"
@@ -35,55 +34,8 @@ rules:
     window: 1m
 "#;
 
-struct Running {
-    _daemon: Daemon,
-    _dir: Scratch,
-    grpc: SocketAddr,
-}
-
-/// The rules file's directory, removed when the test ends.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn start() -> Running {
-    let ports = free_ports(2);
-    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
-    let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
-    let dir = std::env::temp_dir().join(format!(
-        "sluice-envoy-wire-{}-{}",
-        std::process::id(),
-        ports[0]
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let rules = dir.join("rules.yaml");
-    std::fs::write(&rules, RULES).expect("write rules");
-    let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)");
-    let mut daemon = Daemon::spawn(
-        bin,
-        &[
-            "--rules",
-            rules.to_str().expect("utf-8 path"),
-            "--http-addr",
-            &http.to_string(),
-            "--grpc-addr",
-            &grpc.to_string(),
-        ],
-        &[("RUST_LOG", "warn")],
-    )
-    .expect("spawn sluiced");
-    daemon
-        .wait_http_ok(http, "/healthz", Duration::from_secs(20))
-        .expect("sluiced becomes healthy");
-    Running {
-        _daemon: daemon,
-        _dir: Scratch(dir),
-        grpc,
-    }
+fn start() -> SluicedOnRules {
+    SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)")
 }
 
 async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {

@@ -3,8 +3,9 @@
 //! Sluice's promises (atomic multi-bucket checks in Redis, Cluster hash tags, surviving a cut
 //! PostgreSQL `LISTEN` link, graceful shutdown of `sluiced`) can only be checked against the
 //! real thing, so this crate starts and controls real processes on free loopback ports instead
-//! of mocking them. It is a dev-dependency only and uses little beyond `std` and `anyhow`, so it
-//! can be called from sync tests and from async tests alike (the calls block briefly).
+//! of mocking them. It is a dev-dependency only and, apart from [`grpc_wire`], uses little
+//! beyond `std` and `anyhow`, so it can be called from sync tests and from async tests alike
+//! (the calls block briefly).
 //!
 //! Tests never skip: when a tool is missing (`redis-server`, `redis-cli`, `psql`) or the shared
 //! PostgreSQL is down, the call returns an error saying how to install or start it, and the test
@@ -20,7 +21,11 @@
 //! - [`proxy`]: [`TcpProxy`], a loopback forwarder whose links can be cut and restored.
 //! - [`postgres`]: [`Postgres`], a throwaway database on the machine's shared server.
 //! - [`daemon`]: [`Daemon`], a spawned project binary with captured logs, and [`cargo_bin`].
+//! - [`sluiced`]: [`SluicedOnRules`], a healthy `sluiced` started from a rules file alone.
+//! - [`tempdir`]: [`TempDir`], a scratch directory for a test's config files.
 //! - [`http`]: [`http_request`], a minimal HTTP/1.1 client for the daemons' JSON APIs.
+//! - [`grpc_wire`]: raw HTTP/2 gRPC calls (async, on h2): a framed message, a call opened
+//!   with any headers and its body left open, the answer's `grpc-status`.
 //! - [`tls`]: [`TestPki`], a CA with server and client certificates made at test time.
 //!
 //! Everything started here is torn down on `Drop` (processes killed, temp dirs removed,
@@ -29,16 +34,18 @@
 
 pub mod cluster;
 pub mod daemon;
+pub mod grpc_wire;
 pub mod http;
 pub mod ports;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod resp;
+pub mod sluiced;
+pub mod tempdir;
 pub mod tls;
 
 mod process;
-mod tempdir;
 
 pub use cluster::{ClusterOptions, RedisCluster, RedisTls, key_slot, key_slot_bytes};
 pub use daemon::{Daemon, cargo_bin};
@@ -48,4 +55,6 @@ pub use postgres::{PgServer, Postgres};
 pub use proxy::TcpProxy;
 pub use redis::RedisServer;
 pub use resp::{Reply, RespConn};
+pub use sluiced::SluicedOnRules;
+pub use tempdir::TempDir;
 pub use tls::TestPki;

@@ -1,4 +1,7 @@
 //! A unique temporary directory removed on drop (no `tempfile` crate, to stay lean).
+//!
+//! The servers here keep their files in one, and tests use one for the config and rules
+//! files they write before starting a daemon, so nothing is left behind in `/tmp`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,12 +13,15 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// A directory under [`std::env::temp_dir`] named from the process id, a process-wide counter
 /// and a caller label (usually a port), removed with its contents on drop.
 #[derive(Debug)]
-pub(crate) struct TempDir {
+pub struct TempDir {
     path: PathBuf,
 }
 
 impl TempDir {
-    pub(crate) fn new(label: &str) -> Result<Self> {
+    /// Creates the directory; `label` makes its name readable in a listing (`limits-41234`).
+    ///
+    /// Errors when it cannot be created.
+    pub fn new(label: &str) -> Result<Self> {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let path =
             std::env::temp_dir().join(format!("sluice-testkit-{}-{n}-{label}", std::process::id()));
@@ -26,7 +32,9 @@ impl TempDir {
         Ok(Self { path })
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    /// Where it is, to join file names onto.
+    #[must_use]
+    pub fn path(&self) -> &Path {
         &self.path
     }
 }
