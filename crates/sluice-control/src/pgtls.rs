@@ -17,7 +17,9 @@ use std::task::{Context, Poll};
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::crypto::{
+    CryptoProvider, WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -91,90 +93,63 @@ pub fn client_config(verify: Verify, root_cert: Option<&Path>) -> Result<ClientC
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
-    if verify == Verify::None {
-        return Ok(builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-            .with_no_client_auth());
-    }
-    let path = root_cert.ok_or("sslmode=verify-ca/verify-full needs sslrootcert=FILE")?;
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?
-    {
-        let cert = cert.map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
-    }
-    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let verifier: Arc<dyn ServerCertVerifier> = if verify == Verify::Full {
-        webpki
-    } else {
-        Arc::new(ChainOnly(webpki))
-    };
     Ok(builder
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
+        .with_custom_certificate_verifier(verifier(verify, root_cert, provider)?)
         .with_no_client_auth())
 }
 
-/// Accepts any certificate but still checks the handshake's signatures (libpq's `require`).
-#[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+/// What checks the server's certificate for `verify`: webpki itself for `verify-full`, a
+/// [`Relaxed`] one for the two modes libpq checks less in.
+fn verifier(
+    verify: Verify,
+    root_cert: Option<&Path>,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>, String> {
+    let algorithms = provider.signature_verification_algorithms;
+    if verify == Verify::None {
+        return Ok(Arc::new(Relaxed {
+            chain: None,
+            algorithms,
+        }));
     }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    let path = root_cert.ok_or("sslmode=verify-ca/verify-full needs sslrootcert=FILE")?;
+    let roots = read_roots(path).map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(if verify == Verify::Full {
+        webpki
+    } else {
+        Arc::new(Relaxed {
+            chain: Some(webpki),
+            algorithms,
+        })
+    })
 }
 
-/// The chain checked, the host name not (`verify-ca`).
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+/// Every certificate of a PEM file, as trust roots.
+fn read_roots(path: &Path) -> Result<RootCertStore, Box<dyn std::error::Error>> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path)? {
+        roots.add(cert?)?;
+    }
+    Ok(roots)
+}
 
-impl ServerCertVerifier for ChainOnly {
+/// The server's certificate checked less than webpki checks it, as libpq does short of
+/// `verify-full`; the handshake's signatures are checked all the same, with the provider's
+/// algorithms (those webpki's own verifier uses).
+#[derive(Debug)]
+struct Relaxed {
+    /// The chain's verifier, whose refusal of the host name alone is ignored (`verify-ca`);
+    /// `None` accepts any certificate (libpq's `require` without a root certificate).
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    /// What the handshake's signatures are checked with.
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for Relaxed {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -183,10 +158,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
             | Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForNameContext { .. },
@@ -201,7 +176,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -210,11 +185,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
@@ -331,6 +306,84 @@ mod tests {
         assert!(
             client_config(Verify::Full, None).is_err(),
             "verify-full needs a root"
+        );
+    }
+
+    #[test]
+    fn each_mode_checks_what_libpq_checks_of_the_server_certificate() {
+        let pki = sluice_testkit::TestPki::new().expect("test certificates");
+        let other = sluice_testkit::TestPki::new().expect("another CA");
+        let server =
+            CertificateDer::from_pem_file(pki.server_cert_file()).expect("the server certificate");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let ca = pki.ca_file();
+        let wrong = other.ca_file();
+        let check = |verify: Verify, root: Option<&Path>, name: &'static str| {
+            verifier(verify, root, provider.clone())
+                .expect("a verifier")
+                .verify_server_cert(
+                    &server,
+                    &[],
+                    &ServerName::try_from(name).expect("a server name"),
+                    &[],
+                    UnixTime::now(),
+                )
+                .map(|_| ())
+        };
+        let wrong_name = |r: Result<(), rustls::Error>| {
+            matches!(
+                r,
+                Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                        | rustls::CertificateError::NotValidForNameContext { .. }
+                ))
+            )
+        };
+
+        assert_eq!(check(Verify::Full, Some(&ca), "localhost"), Ok(()));
+        assert!(wrong_name(check(Verify::Full, Some(&ca), "db.example")));
+        assert!(check(Verify::Full, Some(&wrong), "localhost").is_err());
+
+        assert_eq!(
+            check(Verify::Chain, Some(&ca), "db.example"),
+            Ok(()),
+            "verify-ca does not check the host name"
+        );
+        let err = check(Verify::Chain, Some(&wrong), "localhost");
+        assert!(
+            matches!(err, Err(rustls::Error::InvalidCertificate(_))) && !wrong_name(err.clone()),
+            "verify-ca checks the chain: {err:?}"
+        );
+
+        assert_eq!(check(Verify::None, None, "db.example"), Ok(()));
+        assert_eq!(check(Verify::None, Some(&wrong), "db.example"), Ok(()));
+
+        let schemes = |verify: Verify| {
+            verifier(verify, Some(&ca), provider.clone())
+                .expect("a verifier")
+                .supported_verify_schemes()
+        };
+        let full = schemes(Verify::Full);
+        assert!(!full.is_empty());
+        assert_eq!(schemes(Verify::Chain), full);
+        assert_eq!(schemes(Verify::None), full);
+    }
+
+    #[test]
+    fn an_unreadable_root_file_is_named() {
+        let err = client_config(Verify::Chain, Some(Path::new("/nonexistent/ca.pem")))
+            .expect_err("no such file");
+        assert!(
+            err.starts_with("sslrootcert /nonexistent/ca.pem: "),
+            "{err}"
+        );
+        let pki = sluice_testkit::TestPki::new().expect("test certificates");
+        let empty = pki.dir().join("empty.pem");
+        std::fs::write(&empty, "").expect("an empty file");
+        assert_eq!(
+            client_config(Verify::Full, Some(&empty)).map(|_| ()),
+            Err("no root trust anchors were provided".into()),
+            "an empty root file is refused by webpki"
         );
     }
 }

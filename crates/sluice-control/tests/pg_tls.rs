@@ -36,6 +36,11 @@ async fn sslmode_require_and_verify_full_encrypt_and_a_wrong_root_is_refused() {
             .expect("verify-full with the right root")
     );
     assert!(
+        ssl_in_use(&server.url(&format!("sslmode=verify-ca&sslrootcert={ca}")))
+            .await
+            .expect("verify-ca with the right root")
+    );
+    assert!(
         !ssl_in_use(&server.url("sslmode=disable"))
             .await
             .expect("disable"),
