@@ -94,7 +94,7 @@ soak_cleanup() {
 trap soak_cleanup EXIT
 redis_up
 
-DAEMON_PIDS=(); TARGETS=(); METRICS=()
+DAEMON_PIDS=(); TARGETS=(); METRICS=(); HTTP_PORTS=()
 for n in 1 2; do
   grpc="$(free_port)"; http="$(free_port)"
   args=(--config "$WORK/sluiced.yaml" --rules "$WORK/rules.yaml" --grpc-addr "127.0.0.1:$grpc"
@@ -102,7 +102,7 @@ for n in 1 2; do
   [ -n "${STORE_TIMEOUT_MS:-}" ] && args+=(--store-timeout-ms "$STORE_TIMEOUT_MS")
   RUST_LOG=warn "$SLUICED" "${args[@]}" >"$WORK/sluiced-$n.log" 2>&1 &
   DAEMON_PIDS+=($!); PIDS+=($!); TARGETS+=(--target "127.0.0.1:$grpc" --pid "$!")
-  METRICS+=(--metrics-url "http://127.0.0.1:$http/metrics")
+  METRICS+=(--metrics-url "http://127.0.0.1:$http/metrics"); HTTP_PORTS+=("$http")
   wait_port "$grpc"
 done
 
@@ -132,11 +132,18 @@ rc=0
   --warmup-s "$WARMUP" --rss-slack-pct "${RSS_SLACK_PCT:-10}" --keys "$KEYS" \
   --quota-limit "$QUOTA_LIMIT" --redis-port "$REDIS_PORT" "${METRICS[@]}" --json-out "$OUT" || rc=$?
 wait "$EVENTS_PID" 2>/dev/null || true; EVENTS_PID=""
+# Each daemon's /metrics at the end, beside the report: what its state held (local buckets,
+# open streams, late calls) when the RSS was last sampled.
+for n in 1 2; do
+  curl -sf --max-time 5 "http://127.0.0.1:${HTTP_PORTS[$((n - 1))]}/metrics" >"${OUT%.json}-metrics-$n.txt" 2>/dev/null || true
+done
 
 echo
 echo "Events:"; sed 's/^/- /' "$WORK/events.log" 2>/dev/null || true
 for n in 1 2; do
   echo "daemon $n: $(wc -l <"$WORK/sluiced-$n.log") log lines; last: $(tail -n 1 "$WORK/sluiced-$n.log")"
+  grep -E '^sluice_(local_keys|grpc_streams_open|checks_in_flight|release_failures_total|store_late_calls_total)' \
+    "${OUT%.json}-metrics-$n.txt" 2>/dev/null | sed "s/^/  daemon $n: /" || true
 done
 echo "redis INFO: $(redis-cli -p "$REDIS_PORT" info memory | grep -E '^used_memory_human' | tr -d '\r'), $(redis-cli -p "$REDIS_PORT" dbsize) keys"
 echo "raw report: $OUT" >&2
