@@ -56,6 +56,10 @@ pub fn crc16(data: &[u8]) -> u16 {
 /// share a slot) without asking the server. The hash-tag rule: if the key contains `{`, and a
 /// `}` follows it with at least one byte in between, only the bytes between the first `{` and
 /// the first `}` after it are hashed.
+///
+/// Written apart from `sluice_store::redis::key_slot` on purpose, so this crate needs none of
+/// the store's dependencies: `tests/real_servers.rs` holds it to a real server's
+/// `CLUSTER KEYSLOT`, and the store's unit tests hold the store's copy to this one.
 #[must_use]
 pub fn key_slot(key: &str) -> u16 {
     key_slot_bytes(key.as_bytes())

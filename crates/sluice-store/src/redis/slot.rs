@@ -2,6 +2,10 @@
 //!
 //! The store needs to know which node a key lives on (a circuit breaker per shard) without
 //! asking the server, so it hashes keys itself, exactly as Redis Cluster does.
+//!
+//! `sluice_testkit::key_slot` is a second, separately written copy, kept on purpose: the test
+//! kit stays free of the store's dependencies, and its copy is checked against a real
+//! server's `CLUSTER KEYSLOT`. The tests below hold this one to it.
 
 /// Number of hash slots in a Redis Cluster.
 pub(crate) const SLOTS: usize = 16384;
@@ -53,5 +57,53 @@ mod tests {
         // An empty tag does not count: the whole key is hashed.
         assert_eq!(key_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
         assert_eq!(key_slot("sl:{d|k=v}:a"), key_slot("sl:{d|k=v}:b:123"));
+    }
+
+    #[test]
+    fn agrees_with_the_testkit_copy_on_hash_tag_edge_cases() {
+        for key in [
+            "",
+            "foo",
+            "bar",
+            "123456789",
+            "{user1000}.following",
+            "foo{bar}{zap}",
+            "foo{}{bar}",
+            "foo{bar",
+            "foo}bar{",
+            "foo{{bar}}zap",
+            "{}",
+            "{",
+            "}",
+            "sl:{edge|user=u}:f:per-user",
+            "ключ{é}",
+        ] {
+            assert_eq!(key_slot(key), sluice_testkit::key_slot(key), "{key:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn agrees_with_the_testkit_copy_on_brace_heavy_keys(key in "[a-z{}:|=]{0,24}") {
+            proptest::prop_assert_eq!(key_slot(&key), sluice_testkit::key_slot(&key));
+        }
+
+        #[test]
+        fn agrees_with_the_testkit_copy_on_store_keys(
+            identity in "[a-z0-9|=._-]{0,16}",
+            rule in "[a-z0-9-]{1,12}",
+        ) {
+            let key = sluice_core::matching::store_key(
+                &identity,
+                &rule,
+                sluice_core::algo::Kind::FixedWindow,
+            );
+            proptest::prop_assert_eq!(key_slot(&key), sluice_testkit::key_slot(&key));
+        }
+
+        #[test]
+        fn agrees_with_the_testkit_copy_on_any_string(key in proptest::prelude::any::<String>()) {
+            proptest::prop_assert_eq!(key_slot(&key), sluice_testkit::key_slot(&key));
+        }
     }
 }
