@@ -15,10 +15,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sluice_core::decision::headers;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A parsed `POST /v1/limits:check` body.
 #[derive(Debug, Deserialize)]
@@ -82,35 +85,54 @@ fn check_error(e: CheckError) -> Response {
     bad_request(e)
 }
 
+/// What an HTTP check and a release share: a place within `max_in_flight` (past it, the
+/// shed answer), the body parsed as `B` (else a 400 naming `what`, counted in `bad` when
+/// given), `run` on it while the place is held, and its answer as JSON.
+async fn guarded<B, F, Fut>(
+    guard: &Guard,
+    body: &[u8],
+    what: &str,
+    bad: Option<&AtomicU64>,
+    run: F,
+) -> Response
+where
+    B: DeserializeOwned,
+    F: FnOnce(B) -> Fut,
+    Fut: Future<Output = Result<Value, CheckError>>,
+{
+    let Some(_in_flight) = guard.enter(Port::Http) else {
+        return crate::limits::shed_response(guard);
+    };
+    let b: B = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => {
+            if let Some(bad) = bad {
+                bad.fetch_add(1, Ordering::Relaxed);
+            }
+            return bad_request(format!("invalid {what} body: {e}"));
+        }
+    };
+    match run(b).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => check_error(e),
+    }
+}
+
 async fn check(
     State(engine): State<Arc<Engine>>,
     Extension(guard): Extension<Arc<Guard>>,
     body: Bytes,
 ) -> Response {
-    let Some(_in_flight) = guard.enter(Port::Http) else {
-        return crate::limits::shed_response(&guard);
-    };
-    let b: CheckBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => {
-            engine
-                .metrics
-                .bad_requests
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return bad_request(format!("invalid check body: {e}"));
-        }
-    };
-    match engine
-        .check(
-            &b.domain,
-            b.descriptors.into_iter().collect(),
-            b.cost.unwrap_or(1),
-        )
-        .await
-    {
-        Ok(c) => axum::Json(decision_json(&c)).into_response(),
-        Err(e) => check_error(e),
-    }
+    let engine = &*engine;
+    let bad = Some(&engine.metrics.bad_requests);
+    guarded(&guard, &body, "check", bad, |b: CheckBody| async move {
+        let descriptors = b.descriptors.into_iter().collect();
+        let c = engine
+            .check(&b.domain, descriptors, b.cost.unwrap_or(1))
+            .await?;
+        Ok(decision_json(&c))
+    })
+    .await
 }
 
 async fn release(
@@ -118,24 +140,20 @@ async fn release(
     Extension(guard): Extension<Arc<Guard>>,
     body: Bytes,
 ) -> Response {
-    let Some(_in_flight) = guard.enter(Port::Http) else {
-        return crate::limits::shed_response(&guard);
-    };
-    let b: ReleaseBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => return bad_request(format!("invalid release body: {e}")),
-    };
-    match engine
-        .release(
-            &b.domain,
-            b.descriptors.into_iter().collect(),
-            &b.request_id,
-        )
-        .await
-    {
-        Ok(n) => axum::Json(json!({ "released": n })).into_response(),
-        Err(e) => check_error(e),
-    }
+    guarded(
+        &guard,
+        &body,
+        "release",
+        None,
+        |b: ReleaseBody| async move {
+            let descriptors = b.descriptors.into_iter().collect();
+            let n = engine
+                .release(&b.domain, descriptors, &b.request_id)
+                .await?;
+            Ok(json!({ "released": n }))
+        },
+    )
+    .await
 }
 
 async fn healthz(State(engine): State<Arc<Engine>>) -> Response {
