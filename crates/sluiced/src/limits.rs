@@ -8,10 +8,12 @@
 //! is shed with a cheap answer the caller can act on (gRPC `UNAVAILABLE`, HTTP 503 with
 //! `Retry-After`) instead of waiting in a queue. docs/failure.md has the figures.
 //!
-//! The gRPC port applies these in [`crate::unary`]; the HTTP and admin ports are served by
-//! [`serve_http`], with [`bounded_body`] in front of their routers.
+//! Every port accepts its connections in [`accept_loop`]. The gRPC port applies the rest in
+//! [`crate::unary`]; the HTTP and admin ports are served by [`serve_http`], with
+//! [`bounded_body`] in front of their routers.
 
 use crate::metrics::Exporter;
+use crate::tls::ServerTls;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -21,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Deserialize;
 use std::fmt::Write as _;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -29,6 +32,8 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::error::Elapsed;
+use tokio_rustls::server::TlsStream;
 
 /// Most streams one gRPC connection may be allowed: h2's budget for small DATA frames (half
 /// the connection window, `unary::CONN_WINDOW`) must hold one trailing empty frame per call.
@@ -373,17 +378,21 @@ pub fn refuse(tcp: TcpStream) {
     drop(tcp);
 }
 
-/// Serves `app` over HTTP/1.1 on `listener` until `stop` turns true, within the limits of
-/// `guard` for `port`: past `max_connections` a new connection is closed at once, and one
-/// whose request headers do not arrive within `header_timeout_ms` is closed. Then lets every
-/// connection finish its request in flight and returns when they have.
-pub async fn serve_http(
+/// A port's accept loop, the same for the HTTP, admin and gRPC ports: until `stop` turns
+/// true, each accepted connection takes one of `port`'s `max_connections` places (past the
+/// cap it is closed at once, [`refuse`]) and is served by the task `serve` makes of it,
+/// handed the listener's TLS if it serves TLS; a failed accept backs off. Then stops
+/// accepting and returns when every connection's task has finished.
+pub async fn accept_loop<F, Fut>(
     listener: TcpListener,
-    app: Router,
-    guard: Arc<Guard>,
+    guard: &Arc<Guard>,
     port: Port,
     mut stop: watch::Receiver<bool>,
-) {
+    mut serve: F,
+) where
+    F: FnMut(TcpStream, Option<Arc<ServerTls>>, Connection, watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let mut conns = JoinSet::new();
     let tls = crate::tls::for_addr(listener.local_addr().ok());
     loop {
@@ -394,18 +403,7 @@ pub async fn serve_http(
                         refuse(tcp);
                         continue;
                     };
-                    let (app, stop) = (app.clone(), stop.clone());
-                    match tls.clone() {
-                        None => conns.spawn(http_connection(tcp, app, permit, stop)),
-                        Some(tls) => conns.spawn(async move {
-                            let _ = tcp.set_nodelay(true);
-                            // The TLS handshake within the header deadline.
-                            let timeout = permit.guard.limits().header_timeout();
-                            if let Ok(Ok(s)) = tokio::time::timeout(timeout, tls.accept(tcp)).await {
-                                http_connection(s, app, permit, stop).await;
-                            }
-                        }),
-                    };
+                    conns.spawn(serve(tcp, tls.clone(), permit, stop.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, mostly: back off rather than spin.
@@ -419,6 +417,46 @@ pub async fn serve_http(
     }
     drop(listener);
     while conns.join_next().await.is_some() {}
+}
+
+/// The TLS handshake on an accepted connection (`TCP_NODELAY` set first), within
+/// `header_timeout_ms`: the outer `Err` when it did not finish in time.
+pub async fn tls_handshake(
+    tls: &ServerTls,
+    tcp: TcpStream,
+    limits: &LimitsConfig,
+) -> Result<std::io::Result<TlsStream<TcpStream>>, Elapsed> {
+    let _ = tcp.set_nodelay(true);
+    tokio::time::timeout(limits.header_timeout(), tls.accept(tcp)).await
+}
+
+/// Serves `app` over HTTP/1.1 on `listener` until `stop` turns true, within the limits of
+/// `guard` for `port`: past `max_connections` a new connection is closed at once, and one
+/// whose request headers do not arrive within `header_timeout_ms` is closed. Then lets every
+/// connection finish its request in flight and returns when they have.
+pub async fn serve_http(
+    listener: TcpListener,
+    app: Router,
+    guard: Arc<Guard>,
+    port: Port,
+    stop: watch::Receiver<bool>,
+) {
+    accept_loop(listener, &guard, port, stop, |tcp, tls, permit, stop| {
+        let app = app.clone();
+        async move {
+            match tls {
+                None => http_connection(tcp, app, permit, stop).await,
+                Some(tls) => {
+                    // The TLS handshake within the header deadline.
+                    let limits = permit.guard.limits();
+                    if let Ok(Ok(s)) = tls_handshake(&tls, tcp, limits).await {
+                        http_connection(s, app, permit, stop).await;
+                    }
+                }
+            }
+        }
+    })
+    .await;
 }
 
 /// One HTTP/1.1 connection, closed gracefully (after its request in flight) on stop.

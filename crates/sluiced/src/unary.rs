@@ -34,7 +34,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -85,48 +84,32 @@ impl Method {
 
 /// Serves the gRPC port until `stop` turns true, then asks every connection to finish its
 /// open calls (HTTP/2 GOAWAY) and returns when they have.
-pub async fn serve(
-    listener: TcpListener,
-    services: Arc<Services>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut conns = JoinSet::new();
-    let tls = crate::tls::for_addr(listener.local_addr().ok());
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
-                    let Some(permit) = services.guard.connection(Port::Grpc) else {
-                        crate::limits::refuse(tcp);
-                        continue;
-                    };
-                    let (services, stop) = (services.clone(), stop.clone());
-                    match tls.clone() {
-                        None => conns.spawn(connection(tcp, services, permit, stop)),
-                        Some(tls) => conns.spawn(async move {
-                            let _ = tcp.set_nodelay(true);
-                            // The TLS handshake within the handshake deadline (ALPN h2).
-                            let timeout = services.guard.limits().header_timeout();
-                            match tokio::time::timeout(timeout, tls.accept(tcp)).await {
-                                Ok(Ok(s)) => connection(s, services, permit, stop).await,
-                                Ok(Err(e)) => tracing::debug!(error = %e, "gRPC TLS handshake failed"),
-                                Err(_) => services.guard.handshake_timed_out(),
-                            }
-                        }),
-                    };
+pub async fn serve(listener: TcpListener, services: Arc<Services>, stop: watch::Receiver<bool>) {
+    let guard = services.guard.clone();
+    crate::limits::accept_loop(
+        listener,
+        &guard,
+        Port::Grpc,
+        stop,
+        |tcp, tls, permit, stop| {
+            let services = services.clone();
+            async move {
+                match tls {
+                    None => connection(tcp, services, permit, stop).await,
+                    Some(tls) => {
+                        // The TLS handshake within the handshake deadline (ALPN h2).
+                        let limits = services.guard.limits();
+                        match crate::limits::tls_handshake(&tls, tcp, limits).await {
+                            Ok(Ok(s)) => connection(s, services, permit, stop).await,
+                            Ok(Err(e)) => tracing::debug!(error = %e, "gRPC TLS handshake failed"),
+                            Err(_) => services.guard.handshake_timed_out(),
+                        }
+                    }
                 }
-                Err(e) => {
-                    // Out of file descriptors, mostly: back off rather than spin.
-                    tracing::warn!(error = %e, "gRPC accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            _ = stop.changed() => break,
-        }
-    }
-    drop(listener);
-    while conns.join_next().await.is_some() {}
+            }
+        },
+    )
+    .await;
 }
 
 /// One client connection: HTTP/2 with a task per call, so a call waiting on the store does
