@@ -41,10 +41,10 @@
 //!   index it was first seen owning slots with. A promoted replica is a new node with a new
 //!   index, so its breaker starts closed while the dead primary's stays open.
 
-use super::script::{Script, classify, decode_release};
+use super::script::{Script, classify};
 use super::slot::{SLOTS, key_slot};
 use super::{
-    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_bounded, client_for, redact, release_request,
+    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_bounded, client_for, redact, release_with,
 };
 use crate::{BoxFuture, Store, StoreError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -697,14 +697,12 @@ impl Store for RedisClusterStore {
         request_id: &'a str,
         now: Micros,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let req = release_request(key, request_id, now)?;
-            let inner = &self.inner;
-            let reply = inner
+        let inner = &self.inner;
+        Box::pin(release_with(key, request_id, now, move |req| async move {
+            inner
                 .eval(&inner.engine.release, &req.keys, &req.args)
-                .await?;
-            decode_release(&reply)
-        })
+                .await
+        }))
     }
 
     fn shard_of(&self, key: &str) -> usize {

@@ -294,18 +294,6 @@ impl Engine {
         }
     }
 
-    pub(crate) async fn release<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        request_id: &str,
-        now: Micros,
-    ) -> Result<bool, StoreError> {
-        let req = release_request(key, request_id, now)?;
-        let reply = self.eval(conn, &self.release, &req.keys, &req.args).await?;
-        decode_release(&reply)
-    }
-
     /// Warms one node up over `conn` (see [`Store::warm_up`]): waits for its connection
     /// (`PING`: the set-up, AUTH and the client's own first commands), loads both scripts and
     /// runs [`warm_up_calls`] and [`warm_up_release`] under the `{tag}` hash tag (none without
@@ -448,6 +436,23 @@ where
         other => other?,
     };
     decode_check(call, &reply)
+}
+
+/// A release of one concurrency key sent by `send` (the `EVALSHA` of `lua/release.lua`, the
+/// way the store sends a script), decoded: whether the key held `request_id`.
+pub(crate) async fn release_with<F, Fut>(
+    key: &str,
+    request_id: &str,
+    now: Micros,
+    send: F,
+) -> Result<bool, StoreError>
+where
+    F: FnOnce(ScriptCall) -> Fut,
+    Fut: std::future::Future<Output = Result<redis::Value, StoreError>>,
+{
+    let req = release_request(key, request_id, now)?;
+    let reply = send(req).await?;
+    decode_release(&reply)
 }
 
 /// The answer to a call without items: allowed, no outcomes.

@@ -16,7 +16,7 @@
 //! (different slots), so [`super::RedisClusterStore`] sends one call per script run.
 
 use super::script::{ScriptCall, classify_text};
-use super::{Engine, RedisConfig, bad_url, check_bounded, client_for, redact};
+use super::{Engine, RedisConfig, bad_url, check_bounded, client_for, redact, release_with};
 use crate::{BoxFuture, Store, StoreError};
 use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -347,10 +347,13 @@ impl Store for RedisStore {
         request_id: &'a str,
         now: Micros,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
+        Box::pin(release_with(key, request_id, now, move |req| async move {
             let mut conn = self.conn.clone();
-            self.engine.release(&mut conn, key, request_id, now).await
-        })
+            let engine = &self.engine;
+            engine
+                .eval(&mut conn, &engine.release, &req.keys, &req.args)
+                .await
+        }))
     }
 
     fn kind(&self) -> &'static str {
