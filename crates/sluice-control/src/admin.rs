@@ -40,13 +40,17 @@ use crate::model::{Kind, State};
 use crate::store::{CommitError, CommitOptions, Store};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State as AxState};
+use axum::extract::{
+    DefaultBodyLimit, FromRequestParts, Path, RawQuery, Request, State as AxState,
+};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -542,6 +546,48 @@ async fn commit(st: &AdminState, edit: Edit, opts: CommitOptions) -> ApiResult {
     ok(serde_json::to_value(done).map_err(|e| ApiError::internal(&e.to_string()))?)
 }
 
+/// What every change request brings besides its path and body: the query (`domain`, `force`,
+/// `dry_run`), the headers (`X-Sluice-Actor`) and the caller the auth layer established.
+/// Taking it never fails, so a bad query is still reported after the body is read.
+struct Change {
+    raw: Option<String>,
+    headers: HeaderMap,
+    caller: Option<Caller>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Change {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Change, Infallible> {
+        Ok(Change {
+            raw: parts.uri.query().map(str::to_string),
+            headers: parts.headers.clone(),
+            caller: parts.extensions.get::<Caller>().cloned(),
+        })
+    }
+}
+
+impl Change {
+    /// Parses the query and the commit options, makes the edit of them (which may amend the
+    /// options from the body) and commits it: each handler says only what its edit is.
+    async fn commit(
+        self,
+        st: &AdminState,
+        edit: impl FnOnce(&Query, &mut CommitOptions) -> Result<Edit, ApiError>,
+    ) -> ApiResult {
+        let q = Query::parse(self.raw)?;
+        let mut opts = options(&self.headers, self.caller.as_ref(), &q)?;
+        let edit = edit(&q, &mut opts)?;
+        commit(st, edit, opts).await
+    }
+}
+
+/// `force` and `dry_run` from a JSON body, on top of the query's.
+fn body_flags(opts: &mut CommitOptions, v: &Value) {
+    opts.force |= v.get("force").and_then(Value::as_bool).unwrap_or(false);
+    opts.dry_run |= v.get("dry_run").and_then(Value::as_bool).unwrap_or(false);
+}
+
 fn rule_json(state: &State, domain: &str, id: &str) -> Option<Value> {
     let e = state
         .entries
@@ -600,72 +646,65 @@ async fn get_rule(
 async fn put_rule(
     AxState(st): AxState<AdminState>,
     Path(id): Path<String>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
+    change: Change,
     body: Bytes,
 ) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let opts = options(&headers, caller.as_deref(), &q)?;
-    let edit = Edit::PutRule {
-        domain: q.domain(),
-        id,
-        body: json_body(&body)?,
-    };
-    commit(&st, edit, opts).await
+    change
+        .commit(&st, |q, _| {
+            Ok(Edit::PutRule {
+                domain: q.domain(),
+                id,
+                body: json_body(&body)?,
+            })
+        })
+        .await
 }
 
 async fn delete_rule(
     AxState(st): AxState<AdminState>,
     Path(id): Path<String>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
+    change: Change,
 ) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let opts = options(&headers, caller.as_deref(), &q)?;
-    commit(
-        &st,
-        Edit::DeleteRule {
-            domain: q.domain(),
-            id,
-        },
-        opts,
-    )
-    .await
+    change
+        .commit(&st, |q, _| {
+            Ok(Edit::DeleteRule {
+                domain: q.domain(),
+                id,
+            })
+        })
+        .await
 }
 
 async fn rule_action(
     AxState(st): AxState<AdminState>,
     Path(id_action): Path<String>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
+    change: Change,
 ) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let opts = options(&headers, caller.as_deref(), &q)?;
-    // Rule ids may contain ':', the action never does: split at the last one.
-    let Some((id, action)) = id_action.rsplit_once(':') else {
-        return Err(ApiError::not_found(format!(
-            "POST /v1/rules/{id_action} needs an action: /v1/rules/{id_action}:shadow, :enforce or :off"
-        )));
-    };
-    let mode = match action {
-        "shadow" => "shadow",
-        "enforce" => "enforce",
-        "off" => "off",
-        other => {
-            return Err(ApiError::not_found(format!(
-                "unknown action {other:?}; expected shadow, enforce or off"
-            )));
-        }
-    };
-    let edit = Edit::SetMode {
-        domain: q.domain(),
-        id: id.to_string(),
-        mode,
-    };
-    commit(&st, edit, opts).await
+    change
+        .commit(&st, |q, _| {
+            // Rule ids may contain ':', the action never does: split at the last one.
+            let Some((id, action)) = id_action.rsplit_once(':') else {
+                return Err(ApiError::not_found(format!(
+                    "POST /v1/rules/{id_action} needs an action: /v1/rules/{id_action}:shadow, :enforce or :off"
+                )));
+            };
+            let mode = match action {
+                "shadow" => "shadow",
+                "enforce" => "enforce",
+                "off" => "off",
+                other => {
+                    return Err(ApiError::not_found(format!(
+                        "unknown action {other:?}; expected shadow, enforce or off"
+                    )));
+                }
+            };
+            Ok(Edit::SetMode {
+                domain: q.domain(),
+                id: id.to_string(),
+                mode,
+            })
+        })
+        .await
 }
 
 async fn rule_history(
@@ -684,64 +723,49 @@ async fn rule_history(
     ok(json!({"id": id, "history": items}))
 }
 
-async fn apply_docs(
-    AxState(st): AxState<AdminState>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
-    body: Bytes,
-) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let mut opts = options(&headers, caller.as_deref(), &q)?;
-    let v = json_body(&body)?;
-    let docs = match v.get("domains") {
-        Some(Value::Array(d)) if !d.is_empty() => d.clone(),
-        _ => {
-            return Err(ApiError::bad(
-                "the body must be {\"domains\": [<domain document>, ...]} with at least one domain",
-            ));
-        }
-    };
-    opts.force |= v.get("force").and_then(Value::as_bool).unwrap_or(false);
-    opts.dry_run |= v.get("dry_run").and_then(Value::as_bool).unwrap_or(false);
-    opts.expect_version = match v.get("expect_version") {
-        None | Some(Value::Null) => None,
-        Some(n) => Some(n.as_u64().ok_or_else(|| {
-            ApiError::bad(format!("expect_version must be a version number, got {n}"))
-        })?),
-    };
-    commit(&st, Edit::Apply { docs }, opts).await
+async fn apply_docs(AxState(st): AxState<AdminState>, change: Change, body: Bytes) -> ApiResult {
+    change
+        .commit(&st, |_, opts| {
+            let v = json_body(&body)?;
+            let docs = match v.get("domains") {
+                Some(Value::Array(d)) if !d.is_empty() => d.clone(),
+                _ => {
+                    return Err(ApiError::bad(
+                        "the body must be {\"domains\": [<domain document>, ...]} with at least one domain",
+                    ));
+                }
+            };
+            body_flags(opts, &v);
+            opts.expect_version = match v.get("expect_version") {
+                None | Some(Value::Null) => None,
+                Some(n) => Some(n.as_u64().ok_or_else(|| {
+                    ApiError::bad(format!("expect_version must be a version number, got {n}"))
+                })?),
+            };
+            Ok(Edit::Apply { docs })
+        })
+        .await
 }
 
-async fn rollback(
-    AxState(st): AxState<AdminState>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
-    body: Bytes,
-) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let mut opts = options(&headers, caller.as_deref(), &q)?;
-    let v = json_body(&body)?;
-    let Some(to) = v.get("to_version").and_then(Value::as_u64) else {
-        return Err(ApiError::bad(
-            "the body must be {\"to_version\": N}: the version to restore (see GET /v1/rules:history)",
-        ));
-    };
-    opts.force |= v.get("force").and_then(Value::as_bool).unwrap_or(false);
-    opts.dry_run |= v.get("dry_run").and_then(Value::as_bool).unwrap_or(false);
-    commit(&st, Edit::Rollback { to }, opts).await
+async fn rollback(AxState(st): AxState<AdminState>, change: Change, body: Bytes) -> ApiResult {
+    change
+        .commit(&st, |_, opts| {
+            let v = json_body(&body)?;
+            let Some(to) = v.get("to_version").and_then(Value::as_u64) else {
+                return Err(ApiError::bad(
+                    "the body must be {\"to_version\": N}: the version to restore (see GET /v1/rules:history)",
+                ));
+            };
+            body_flags(opts, &v);
+            Ok(Edit::Rollback { to })
+        })
+        .await
 }
 
-async fn shadow_all(
-    AxState(st): AxState<AdminState>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
-) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let opts = options(&headers, caller.as_deref(), &q)?;
-    commit(&st, Edit::ShadowAll { domain: q.domain() }, opts).await
+async fn shadow_all(AxState(st): AxState<AdminState>, change: Change) -> ApiResult {
+    change
+        .commit(&st, |q, _| Ok(Edit::ShadowAll { domain: q.domain() }))
+        .await
 }
 
 async fn status(AxState(st): AxState<AdminState>) -> ApiResult {
@@ -830,37 +854,35 @@ fn rule_part(rule: &str) -> Option<String> {
 async fn put_override(
     AxState(st): AxState<AdminState>,
     Path((rule, identity)): Path<(String, String)>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
+    change: Change,
     body: Bytes,
 ) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let opts = options(&headers, caller.as_deref(), &q)?;
-    let edit = Edit::PutOverride {
-        domain: q.domain(),
-        rule: rule_part(&rule),
-        identity: parse_identity(&identity)?,
-        body: json_body(&body)?,
-    };
-    commit(&st, edit, opts).await
+    change
+        .commit(&st, |q, _| {
+            Ok(Edit::PutOverride {
+                domain: q.domain(),
+                rule: rule_part(&rule),
+                identity: parse_identity(&identity)?,
+                body: json_body(&body)?,
+            })
+        })
+        .await
 }
 
 async fn delete_override(
     AxState(st): AxState<AdminState>,
     Path((rule, identity)): Path<(String, String)>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    caller: Option<axum::Extension<Caller>>,
+    change: Change,
 ) -> ApiResult {
-    let q = Query::parse(raw)?;
-    let opts = options(&headers, caller.as_deref(), &q)?;
-    let edit = Edit::DeleteOverride {
-        domain: q.domain(),
-        rule: rule_part(&rule),
-        identity: parse_identity(&identity)?,
-    };
-    commit(&st, edit, opts).await
+    change
+        .commit(&st, |q, _| {
+            Ok(Edit::DeleteOverride {
+                domain: q.domain(),
+                rule: rule_part(&rule),
+                identity: parse_identity(&identity)?,
+            })
+        })
+        .await
 }
 
 #[cfg(test)]
