@@ -157,11 +157,11 @@ impl RedisStore {
     }
 
     /// Sends the call at once when a slot is free and nobody queues (no wait for the
-    /// batcher: an idle daemon's latency is the plain `EVALSHA`'s); otherwise queues it for
-    /// the next batch. Either way the script run is a task of its own that holds its slot
-    /// until Redis answers, so a caller that gives up at its deadline frees nothing: while
-    /// Redis stalls no more than [`IN_FLIGHT`] runs are ever on the wire, and the late
-    /// replies are counted (`stale.rs`).
+    /// batcher: an idle daemon's latency is the plain `EVALSHA`'s, run in the caller's own
+    /// task); otherwise queues it for the next batch. Either way the script run holds its
+    /// slot until Redis answers, however the caller ends (a direct run is [`Detached`]), so
+    /// a caller that gives up at its deadline frees nothing: while Redis stalls no more than
+    /// [`IN_FLIGHT`] runs are ever on the wire, and the late replies are counted (`stale.rs`).
     async fn queue_and_wait(&self, call: ScriptCall) -> Result<redis::Value, StoreError> {
         let (reply, answer) = oneshot::channel();
         let job = Job { call, reply };
@@ -176,10 +176,11 @@ impl RedisStore {
                     self.stats.count(1);
                     let mut conn = self.conn.clone();
                     let engine = self.engine.clone();
-                    tokio::spawn(async move {
+                    Detached(Some(Box::pin(async move {
                         run_batch(&engine, &mut conn, vec![job]).await;
                         drop(slot);
-                    });
+                    })))
+                    .await;
                 }
                 None => self.jobs.send(job).await.map_err(|_| {
                     StoreError::Unavailable("redis: the store is shutting down".into())
@@ -193,6 +194,35 @@ impl RedisStore {
         tokio::time::timeout(self.engine.timeout, queued)
             .await
             .map_err(|_| StoreError::Timeout(self.engine.timeout_ms))?
+    }
+}
+
+/// A direct script run, driven by its caller's task (no task spawned per call on an idle
+/// daemon's path: with the workers pinned to one CPU, one `bench/ab-redis.sh` run put a
+/// spawn per call at +50 µs of p50), that outlives its caller: dropped before it ends (a deadline passed, the check was cancelled),
+/// it is handed to the runtime to finish, its slot held until Redis answers.
+struct Detached(Option<BoxFuture<'static, ()>>);
+
+impl std::future::Future for Detached {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if let Some(run) = self.0.as_mut() {
+            std::task::ready!(run.as_mut().poll(cx));
+            self.0 = None;
+        }
+        std::task::Poll::Ready(())
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let (Some(run), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(run);
+        }
     }
 }
 
