@@ -46,6 +46,23 @@ pub struct CallResult {
     pub outcomes: Vec<Outcome>,
 }
 
+/// Units a lease took and did not spend, handed back to the store (token leasing,
+/// [`crate::hotkeys::lease`]): a lease's units left the shared count before they were spent,
+/// so what is left must return or it is stranded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GiveBack {
+    /// Store key the units were taken from.
+    pub key: String,
+    /// The rule's numbers when they were taken.
+    pub params: Params,
+    /// Units to give back.
+    pub units: u64,
+    /// When they were taken: a window's units return only to the window they came from.
+    pub taken_at: Micros,
+    /// Now, epoch microseconds.
+    pub now: Micros,
+}
+
 /// What to do with one key after a call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Write {

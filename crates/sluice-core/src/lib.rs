@@ -17,6 +17,7 @@
 //! - [`merge`]: other regions' counts for global rules (max per region and window) and the
 //!   remote figure a decision adds.
 //! - [`ship`]: which busy global keys the delta shipper sends each interval, within a budget.
+//! - [`hotkeys`]: what a daemon answers itself for hot keys (deny cache, token leasing).
 //! - [`hash`]: the stable hash behind rollout and key splitting.
 //! - [`keys`]: store keys, made and parsed in one place.
 
@@ -25,6 +26,7 @@ pub mod batch;
 pub mod breaker;
 pub mod decision;
 pub mod hash;
+pub mod hotkeys;
 pub mod keys;
 pub mod matching;
 pub mod merge;

@@ -80,6 +80,8 @@ pub struct Rule {
     pub charge_rejected: bool,
     /// Share a global key once its local count passes this fraction of the limit (percent).
     pub share_threshold_pct: u8,
+    /// The hot-key layer's settings (`hot_keys`).
+    pub hot_keys: crate::hotkeys::HotKeys,
     /// The rule as written, for listing, diffs and history.
     pub source: Value,
 }
@@ -708,6 +710,8 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
         }
     };
 
+    let hot_keys_v = f.take("hot_keys");
+
     let fixed = |f: &mut Fields<'_>, field: &str, s: Option<Span>| -> Option<u64> {
         match s? {
             Span::Fixed(us) => Some(us),
@@ -856,6 +860,7 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
         }
         None => None,
     };
+    let hot_keys = hot_keys_block(&mut f, hot_keys_v, params.as_ref());
     f.finish();
     if problems.len() > before {
         return None;
@@ -873,8 +878,79 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
         headers,
         charge_rejected,
         share_threshold_pct,
+        hot_keys: hot_keys?,
         source: v.clone(),
     })
+}
+
+/// The `hot_keys` block: `deny_cache: bool`, `lease: off | auto | N`.
+fn hot_keys_block(
+    f: &mut Fields<'_>,
+    v: Option<&Value>,
+    params: Option<&Params>,
+) -> Option<crate::hotkeys::HotKeys> {
+    use crate::hotkeys::{HotKeys, LeaseMode, lease_refusal};
+    let mut hk = HotKeys::default();
+    let Some(v) = v else { return Some(hk) };
+    let Some(obj) = v.as_object() else {
+        f.bad("hot_keys", format!("expected a mapping, got {v}"));
+        return None;
+    };
+    let mut ok = true;
+    for (k, val) in obj {
+        match (k.as_str(), val) {
+            ("deny_cache", Value::Bool(b)) => hk.deny_cache = *b,
+            ("deny_cache", other) => {
+                f.bad(
+                    "hot_keys.deny_cache",
+                    format!("expected true or false, got {other}"),
+                );
+                ok = false;
+            }
+            ("lease", Value::String(s)) if s == "off" => hk.lease = LeaseMode::Off,
+            ("lease", Value::Bool(false)) => hk.lease = LeaseMode::Off,
+            ("lease", Value::String(s)) if s == "auto" => hk.lease = LeaseMode::Auto,
+            ("lease", Value::Number(n))
+                if n.as_u64().is_some_and(|n| (1..=MAX_LIMIT).contains(&n)) =>
+            {
+                hk.lease = LeaseMode::Batch(n.as_u64().unwrap_or(1));
+            }
+            ("lease", other) => {
+                f.bad(
+                    "hot_keys.lease",
+                    format!("expected off, auto or a batch of 1 to {MAX_LIMIT} units, got {other}"),
+                );
+                ok = false;
+            }
+            (other, _) => {
+                f.bad(
+                    &format!("hot_keys.{other}"),
+                    "unknown field (deny_cache | lease)",
+                );
+                ok = false;
+            }
+        }
+    }
+    if hk.lease != LeaseMode::Off
+        && let Some(p) = params
+    {
+        if let Some(why) = lease_refusal(p.kind()) {
+            f.bad(
+                "hot_keys.lease",
+                format!("not defined for {}: {why}", p.kind().name()),
+            );
+            ok = false;
+        } else if let LeaseMode::Batch(n) = hk.lease
+            && n > p.limit()
+        {
+            f.bad(
+                "hot_keys.lease",
+                format!("a batch of {n} is more than the rule's capacity ({}): it could never be granted", p.limit()),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(hk)
 }
 
 fn override_(

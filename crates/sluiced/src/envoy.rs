@@ -253,6 +253,7 @@ impl RateLimitService {
             headers: HeaderMode::Full,
             charge_rejected: false,
             share_threshold_pct: 10,
+            hot_keys: sluice_core::hotkeys::HotKeys::default(),
             source: serde_json::Value::Null,
         };
         let synthetic = Domain::new(domain.to_string(), vec![rule], Vec::new());

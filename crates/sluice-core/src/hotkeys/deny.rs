@@ -1,0 +1,178 @@
+//! The deny cache: a store refusal repeated until its retry time, without asking the store.
+//!
+//! It is exact: it never refuses a request the store would have admitted. That holds because
+//! a refused rule's `retry_after` is never late (the algorithms' property tests check it: on
+//! an unchanged state the rule refuses at every instant before it), because other requests
+//! only ever take from a count (they make a refusal truer, never false), and because an entry
+//! answers only a request the store would treat the same:
+//!
+//! - the same store keys with the same numbers and the same enforce flags (an override with
+//!   bigger numbers, or a rule switched to shadow, is another request: envoyproxy/ratelimit
+//!   answers such requests from a cache keyed by the key alone, its issue #1077);
+//! - a cost at least the refused one (a smaller cost may fit sooner);
+//! - the same rule version (the layer drops the cache on a new one).
+//!
+//! What can free units before a retry time: a lease given back by another daemon, and
+//! concurrency releases (concurrency rules are never cached, see
+//! [`CallPolicy`](super::CallPolicy)). A give-back's units then wait at most until the
+//! cached retry time, capped at [`MAX_HOLD`].
+//!
+//! Memory is bounded by two generations of at most half the capacity each, swapped every
+//! [`MAX_HOLD`]: an entry lives at most that long, so one that survives two swaps is stale by
+//! construction, and dropping a whole generation costs nothing per entry.
+
+use crate::Params;
+use crate::batch::{Call, CallResult};
+use crate::time::{Micros, SECOND};
+use std::collections::HashMap;
+
+/// The longest a refusal is repeated without asking the store again.
+pub const MAX_HOLD: Micros = SECOND;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    keys: Vec<(String, Params, bool)>,
+    cost: u64,
+    at: Micros,
+    until: Micros,
+    result: CallResult,
+}
+
+impl Entry {
+    fn matches(&self, call: &Call) -> bool {
+        self.keys.len() == call.items.len()
+            && self
+                .keys
+                .iter()
+                .zip(&call.items)
+                .all(|((k, p, e), it)| *k == it.key && *p == it.params && *e == it.enforce)
+    }
+}
+
+/// A remembered answer as it stands `elapsed` later: waits and resets shortened by it.
+pub(super) fn aged(result: &CallResult, elapsed: Micros) -> CallResult {
+    let mut r = result.clone();
+    for o in &mut r.outcomes {
+        if !o.allowed {
+            // Never 0: an answer is repeated only while every refusing rule still refuses.
+            o.retry_after = o.retry_after.saturating_sub(elapsed).max(1);
+        }
+        o.reset = o.reset.saturating_sub(elapsed);
+    }
+    r
+}
+
+/// Cached refusals, keyed by the call's store keys.
+#[derive(Debug)]
+pub struct DenyCache {
+    cur: HashMap<u64, Entry>,
+    prev: HashMap<u64, Entry>,
+    half: usize,
+    swapped_at: Micros,
+}
+
+/// The hash an entry is filed under: its store keys, in order.
+pub(super) fn hash(call: &Call) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for it in &call.items {
+        for b in it.key.bytes().chain(std::iter::once(0xff)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+impl DenyCache {
+    /// A cache of at most `capacity` entries.
+    pub fn new(capacity: usize) -> DenyCache {
+        DenyCache {
+            cur: HashMap::new(),
+            prev: HashMap::new(),
+            half: (capacity / 2).max(1),
+            swapped_at: 0,
+        }
+    }
+
+    /// Entries held (some may have expired since the last [`DenyCache::expire`]).
+    pub fn len(&self) -> usize {
+        self.cur.len() + self.prev.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets everything (a rule change).
+    pub fn clear(&mut self) {
+        self.cur.clear();
+        self.prev.clear();
+    }
+
+    /// Swaps generations when one has lived [`MAX_HOLD`].
+    pub fn expire(&mut self, now: Micros) {
+        if now >= self.swapped_at.saturating_add(MAX_HOLD) {
+            // Entries of `cur` were made after the last swap, so they expire at most
+            // MAX_HOLD after it; two holds on, they are all stale too.
+            let both = now >= self.swapped_at.saturating_add(2 * MAX_HOLD);
+            self.prev = std::mem::take(&mut self.cur);
+            if both {
+                self.prev.clear();
+            }
+            self.swapped_at = now;
+        }
+    }
+
+    /// The store's refusal, as it stands at `call.now`, when a cached one answers `call`.
+    pub fn lookup(&mut self, call: &Call) -> Option<CallResult> {
+        let now = call.now;
+        self.expire(now);
+        let h = hash(call);
+        let e = self.cur.get(&h).or_else(|| self.prev.get(&h))?;
+        if now >= e.until || now < e.at || call.cost < e.cost || !e.matches(call) {
+            return None;
+        }
+        Some(aged(&e.result, now - e.at))
+    }
+
+    /// Remembers a refusal of `call`; `false` when the cache is full.
+    pub fn remember(&mut self, call: &Call, result: &CallResult) -> bool {
+        let now = call.now;
+        self.expire(now);
+        // The call is refused while any refusing enforced rule refuses: until the longest
+        // of their waits.
+        let wait = call
+            .items
+            .iter()
+            .zip(&result.outcomes)
+            .filter(|(i, o)| i.enforce && !o.allowed)
+            .map(|(_, o)| o.retry_after)
+            .max()
+            .unwrap_or(0)
+            .min(MAX_HOLD);
+        if result.allowed || wait == 0 || call.cost == 0 {
+            return true;
+        }
+        let h = hash(call);
+        if self.cur.len() >= self.half && !self.cur.contains_key(&h) {
+            return false;
+        }
+        self.prev.remove(&h);
+        self.cur.insert(
+            h,
+            Entry {
+                keys: call
+                    .items
+                    .iter()
+                    .map(|i| (i.key.clone(), i.params.clone(), i.enforce))
+                    .collect(),
+                cost: call.cost,
+                at: now,
+                until: now + wait,
+                result: result.clone(),
+            },
+        );
+        true
+    }
+}

@@ -1,0 +1,438 @@
+//! The hot-key layer: what a daemon answers itself, so a key far over its limit, or
+//! legitimately huge, does not cost one store call per request.
+//!
+//! Redis CPU per check is what bounds a daemon (docs/benchmark.md), and one key can put all
+//! of its traffic on one shard. Two tools live here, both sans-IO (time is an argument), one
+//! [`Layer`] per daemon (the daemon shards it behind locks; the simulator keeps one per
+//! simulated daemon):
+//!
+//! - the **deny cache** ([`deny`]): a refusal the store gave is repeated until its retry
+//!   time, exactly: it never refuses what the store would have admitted;
+//! - **token leasing** ([`lease`]): one store call takes a batch of units (the same atomic
+//!   check, cost = batch) and the daemon spends them itself; what is left goes back to the
+//!   store when the key goes quiet, on a rule change or at shutdown. With `lease: auto` a
+//!   count-min sketch ([`detect`]) puts only keys above a rate on that path.
+//!
+//! [`route`](Layer::route) says, per planned store call, whether the daemon answers it
+//! itself, sends it as planned, or sends a lease call; [`answered`](Layer::answered) takes
+//! the store's answer back.
+//!
+//! # Layout
+//!
+//! - this file: the rule block ([`HotKeys`]), the per-call policy and [`Layer`];
+//! - [`deny`]: the deny cache; [`lease`]: leases and give-backs; [`detect`]: the sketch.
+
+pub mod deny;
+pub mod detect;
+pub mod lease;
+#[cfg(test)]
+mod tests;
+
+use crate::Params;
+use crate::algo::Kind;
+use crate::batch::{Call, CallResult, GiveBack};
+use crate::decision::{Plan, PlannedCall};
+use crate::time::{Micros, SECOND};
+use deny::DenyCache;
+use detect::Detector;
+use lease::{Leases, Refill};
+
+/// How a rule leases units (`hot_keys.lease`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LeaseMode {
+    /// Every request asks the store (the default).
+    #[default]
+    Off,
+    /// Only keys the detector finds hot lease, a batch of about 1% of the rule's rate.
+    Auto,
+    /// Every key leases batches of this many units.
+    Batch(u64),
+}
+
+/// A rule's `hot_keys` block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotKeys {
+    /// Repeat a store refusal until its retry time (capped at [`deny::MAX_HOLD`]).
+    pub deny_cache: bool,
+    /// Token leasing.
+    pub lease: LeaseMode,
+}
+
+impl Default for HotKeys {
+    fn default() -> HotKeys {
+        HotKeys {
+            deny_cache: true,
+            lease: LeaseMode::Off,
+        }
+    }
+}
+
+/// Requests per second through one daemon above which `lease: auto` leases a key. Below it a
+/// store call per request costs little, and every key stays exact.
+pub const AUTO_HOT_RATE: u64 = 100;
+
+/// Why a rule's algorithm cannot lease, or `None` when it can.
+pub fn lease_refusal(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::TokenBucket | Kind::Gcra | Kind::FixedWindow | Kind::SlidingWindow => None,
+        Kind::SlidingLog => Some(
+            "a sliding log stamps each admitted unit with the time it was admitted; a leased \
+             batch would stamp every unit at the time of the lease",
+        ),
+        Kind::Concurrency => Some(
+            "a concurrency slot is held by one request until it is released; a batch of slots \
+             cannot be spent by other requests",
+        ),
+    }
+}
+
+/// The rule's rate in units per second, for the `auto` batch (at least 1 per window).
+pub fn per_second(params: &Params) -> u64 {
+    match params {
+        Params::TokenBucket { rate_per_s, .. } | Params::Gcra { rate_per_s, .. } => *rate_per_s,
+        p => {
+            let w = p.window().max(1);
+            p.limit().saturating_mul(SECOND) / w
+        }
+    }
+}
+
+/// The batch `auto` leases for a rule: about 1% of its per-second rate, at least 1.
+pub fn auto_batch(params: &Params) -> u64 {
+    (per_second(params) / 100).max(1)
+}
+
+/// What the hot-key layer may do with one planned call, from its rules' blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallPolicy {
+    /// The call's refusals may be cached: every enforced rule of it allows it, none charges
+    /// refusals (a cached refusal would skip the charge) and none is a concurrency rule
+    /// (a release frees slots before any retry time).
+    pub deny_cache: bool,
+    /// The call leases: every rule of it leases; the batch is the smallest of theirs.
+    pub lease: Option<CallLease>,
+}
+
+/// A call's lease settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallLease {
+    /// Units per lease call.
+    pub batch: u64,
+    /// Only keys above [`AUTO_HOT_RATE`] lease.
+    pub auto: bool,
+}
+
+impl CallPolicy {
+    /// The policy of call `i` of a plan.
+    pub fn of(plan: &Plan<'_>, i: usize) -> CallPolicy {
+        let pc = &plan.calls[i];
+        let mut deny = true;
+        let mut lease: Option<CallLease> = None;
+        let mut leases = true;
+        for (item, &ri) in pc.call.items.iter().zip(&pc.rules) {
+            let rule = plan.applied[ri].rule;
+            let hk = &rule.hot_keys;
+            let conc = item.params.kind() == Kind::Concurrency;
+            if item.enforce && (!hk.deny_cache || item.charge_rejected || conc) {
+                deny = false;
+            }
+            let this = match hk.lease {
+                LeaseMode::Off => None,
+                LeaseMode::Auto => Some(CallLease {
+                    batch: auto_batch(&item.params),
+                    auto: true,
+                }),
+                LeaseMode::Batch(n) => Some(CallLease {
+                    batch: n,
+                    auto: false,
+                }),
+            };
+            // A batch above the rule's capacity could never be granted.
+            let this = this.map(|t| CallLease {
+                batch: t.batch.min(item.params.limit()).max(1),
+                ..t
+            });
+            match (this, lease) {
+                (None, _) => leases = false,
+                (Some(t), None) => lease = Some(t),
+                (Some(t), Some(l)) => {
+                    lease = Some(CallLease {
+                        batch: l.batch.min(t.batch),
+                        auto: l.auto || t.auto,
+                    })
+                }
+            }
+            if item.charge_rejected || conc {
+                leases = false;
+            }
+        }
+        CallPolicy {
+            deny_cache: deny,
+            lease: if leases { lease } else { None },
+        }
+    }
+}
+
+/// Where a planned call goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Answered by the daemon itself (a cached refusal, or units spent from a lease).
+    Local(CallResult),
+    /// Send the call as planned.
+    Store,
+    /// Send the call with this cost instead: a lease of `batch` units, the request's cost
+    /// included. Report the answer with [`Layer::answered`] and [`Sent::Lease`].
+    Lease {
+        /// Units asked for.
+        batch: u64,
+    },
+    /// A lease call for this key is already in flight: wait for it, then route again.
+    Wait,
+}
+
+/// What was sent for a call, reported back with its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// The call as planned.
+    Plain,
+    /// A lease call of `batch` units.
+    Lease {
+        /// Units asked for.
+        batch: u64,
+    },
+}
+
+/// After a store answer: the request's answer, or one more lease call to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The answer to the request.
+    Answer(CallResult),
+    /// Send the call again with this cost (a smaller lease: what a window still holds).
+    Again {
+        /// Units asked for.
+        batch: u64,
+    },
+}
+
+/// Counters of one layer, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests refused from the deny cache.
+    pub deny_hits: u64,
+    /// Refusals remembered.
+    pub deny_inserts: u64,
+    /// Refusals not remembered because the cache was full.
+    pub deny_full: u64,
+    /// Requests served from leased units.
+    pub lease_spent: u64,
+    /// Requests refused while a refused lease call waits for its retry time.
+    pub lease_blocked: u64,
+    /// Lease calls sent.
+    pub lease_calls: u64,
+    /// Units leased.
+    pub leased_units: u64,
+    /// Units given back (handed to the store; the store may find them expired).
+    pub returned_units: u64,
+    /// Units of leases dropped without a give-back (the window they were taken in ended).
+    pub expired_units: u64,
+}
+
+/// One daemon's hot-key state (or one shard of it).
+#[derive(Debug)]
+pub struct Layer {
+    version: u64,
+    deny: DenyCache,
+    leases: Leases,
+    detector: Detector,
+    stats: Stats,
+}
+
+impl Layer {
+    /// A layer holding at most `deny_entries` cached refusals and `leases` leases.
+    pub fn new(deny_entries: usize, leases: usize) -> Layer {
+        Layer {
+            version: 0,
+            deny: DenyCache::new(deny_entries),
+            leases: Leases::new(leases),
+            detector: Detector::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Refusals held now (after expiry).
+    pub fn deny_entries(&self) -> usize {
+        self.deny.len()
+    }
+
+    /// Leases held now.
+    pub fn lease_entries(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// A new rule version drops every cached refusal and retires every lease: the numbers
+    /// they were taken under may have changed.
+    fn sync_version(&mut self, version: u64, now: Micros) {
+        if version != self.version {
+            self.version = version;
+            self.deny.clear();
+            self.leases.retire_all(now);
+        }
+    }
+
+    /// Where planned call `pc` goes, under `policy`, with rules of `version`.
+    pub fn route(&mut self, pc: &PlannedCall, policy: CallPolicy, version: u64) -> Route {
+        let call = &pc.call;
+        let now = call.now;
+        self.sync_version(version, now);
+        if call.cost == 0 {
+            return Route::Store;
+        }
+        if let Some(l) = policy.lease
+            && call.cost < l.batch
+        {
+            let h = lease::fingerprint(call);
+            let hot = !l.auto || self.detector.observe(h, now) >= AUTO_HOT_RATE.max(l.batch);
+            if hot {
+                match self.leases.spend(h, call) {
+                    lease::Spend::Served(r) => {
+                        self.stats.lease_spent += 1;
+                        return Route::Local(r);
+                    }
+                    lease::Spend::Blocked(r) => {
+                        self.stats.lease_blocked += 1;
+                        return Route::Local(r);
+                    }
+                    lease::Spend::InFlight => return Route::Wait,
+                    lease::Spend::Refill => {
+                        if self.leases.start_refill(h, call) {
+                            self.stats.lease_calls += 1;
+                            return Route::Lease { batch: l.batch };
+                        }
+                        // No room for another lease: ask as planned.
+                    }
+                }
+            }
+        }
+        if policy.deny_cache
+            && let Some(r) = self.deny.lookup(call)
+        {
+            self.stats.deny_hits += 1;
+            return Route::Local(r);
+        }
+        Route::Store
+    }
+
+    /// Takes back the store's answer to what was sent for `pc`.
+    pub fn answered(
+        &mut self,
+        pc: &PlannedCall,
+        policy: CallPolicy,
+        sent: Sent,
+        result: CallResult,
+    ) -> Next {
+        let call = &pc.call;
+        match sent {
+            Sent::Plain => {
+                if !result.allowed && policy.deny_cache {
+                    match self.deny.remember(call, &result) {
+                        true => self.stats.deny_inserts += 1,
+                        false => self.stats.deny_full += 1,
+                    }
+                }
+                Next::Answer(result)
+            }
+            Sent::Lease { batch } => {
+                let h = lease::fingerprint(call);
+                match self.leases.refilled(h, call, batch, result) {
+                    Refill::Granted(r) => {
+                        self.stats.leased_units += batch;
+                        Next::Answer(r)
+                    }
+                    Refill::Refused(r) => Next::Answer(r),
+                    Refill::Smaller(b) => {
+                        self.stats.lease_calls += 1;
+                        Next::Again { batch: b }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A lease call failed (store error, deadline): the key may lease again at once.
+    pub fn lease_failed(&mut self, pc: &PlannedCall) {
+        let h = lease::fingerprint(&pc.call);
+        self.leases.refill_failed(h, &pc.call);
+    }
+
+    /// Expires cached refusals and returns the give-backs of leases gone quiet, expired or
+    /// retired by a rule change: run it every [`lease::SWEEP`] or so.
+    pub fn sweep(&mut self, now: Micros) -> Vec<GiveBack> {
+        self.deny.expire(now);
+        self.detector.roll(now);
+        let (back, returned, expired) = self.leases.sweep(now);
+        self.count_back(returned, expired);
+        back
+    }
+
+    /// Every lease's give-back (shutdown).
+    pub fn drain(&mut self, now: Micros) -> Vec<GiveBack> {
+        let (back, returned, expired) = self.leases.drain(now);
+        self.count_back(returned, expired);
+        back
+    }
+
+    fn count_back(&mut self, returned: u64, expired: u64) {
+        self.stats.returned_units += returned;
+        self.stats.expired_units += expired;
+    }
+}
+
+impl Layer {
+    /// One planned call through the layer with a synchronous store (the simulator's, and
+    /// tests'): `send` runs a call on the store, `None` when it failed. The daemon's shell
+    /// runs the same steps around its async store. `None`: the store failed (the caller
+    /// answers by the rules' failure modes).
+    pub fn call_sync(
+        &mut self,
+        pc: &PlannedCall,
+        policy: CallPolicy,
+        version: u64,
+        mut send: impl FnMut(&Call) -> Option<CallResult>,
+    ) -> Option<CallResult> {
+        let mut sent = match self.route(pc, policy, version) {
+            Route::Local(r) => return Some(r),
+            // Nothing is in flight in a synchronous store; a stalled refill has been given up.
+            Route::Store | Route::Wait => Sent::Plain,
+            Route::Lease { batch } => Sent::Lease { batch },
+        };
+        loop {
+            let r = match sent {
+                Sent::Plain => send(&pc.call),
+                Sent::Lease { batch } => send(&with_cost(&pc.call, batch)),
+            };
+            let Some(r) = r else {
+                if let Sent::Lease { .. } = sent {
+                    self.lease_failed(pc);
+                }
+                return None;
+            };
+            match self.answered(pc, policy, sent, r) {
+                Next::Answer(r) => return Some(r),
+                Next::Again { batch } => sent = Sent::Lease { batch },
+            }
+        }
+    }
+}
+
+/// The call `pc` with another cost: the lease call a [`Route::Lease`] asks for.
+pub fn with_cost(call: &Call, cost: u64) -> Call {
+    Call {
+        cost,
+        ..call.clone()
+    }
+}

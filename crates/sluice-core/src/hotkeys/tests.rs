@@ -1,0 +1,361 @@
+//! The layer against a store run in-process with the core's own `batch::apply`: exactness of
+//! the deny cache (decisions identical to asking the store every time) and leasing's total.
+
+use super::*;
+use crate::State;
+use crate::batch::{Write, apply};
+use crate::decision::plan;
+use crate::matching::Descriptors;
+use crate::rules::{RuleSet, parse_yaml};
+use crate::time::MILLI;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+#[derive(Default)]
+struct Mem {
+    states: HashMap<String, State>,
+    calls: u64,
+}
+
+impl Mem {
+    fn check(&mut self, call: &Call) -> CallResult {
+        self.calls += 1;
+        let cur: Vec<Option<State>> = call
+            .items
+            .iter()
+            .map(|i| self.states.get(&i.key).cloned())
+            .collect();
+        let (r, w) = apply(call, &cur);
+        for (i, w) in call.items.iter().zip(w) {
+            if let Write::Put(s, ttl) = w {
+                if ttl == 0 {
+                    self.states.remove(&i.key);
+                } else {
+                    self.states.insert(i.key.clone(), s);
+                }
+            }
+        }
+        r
+    }
+}
+
+fn desc(pairs: &[(&str, &str)]) -> Descriptors {
+    Descriptors::new(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+    .expect("valid")
+}
+
+/// One request through `layer` (or straight to the store without one): allowed or not.
+fn check(
+    set: &RuleSet,
+    layer: Option<&mut Layer>,
+    store: &mut Mem,
+    key: &str,
+    cost: u64,
+    now: Micros,
+) -> bool {
+    let dom = set.domain("api").expect("domain");
+    let p = plan(dom, &desc(&[("k", key)]), now, cost, "r", |_| {
+        Default::default()
+    });
+    let mut allowed = true;
+    let mut layer = layer;
+    for i in 0..p.calls.len() {
+        let pc = &p.calls[i];
+        let r = match layer.as_deref_mut() {
+            Some(l) => l
+                .call_sync(pc, CallPolicy::of(&p, i), set.version, |c| {
+                    Some(store.check(c))
+                })
+                .expect("no failures"),
+            None => store.check(&pc.call),
+        };
+        allowed &= r.allowed;
+    }
+    allowed
+}
+
+const RULES: &str = r#"
+domain: api
+rules:
+  - { id: tb, key: [k], match: { k: tb }, algorithm: token_bucket, rate_per_s: 10, burst: 20 }
+  - { id: gc, key: [k], match: { k: gc }, algorithm: gcra, rate_per_s: 10, burst: 5 }
+  - { id: fw, key: [k], match: { k: fw }, algorithm: fixed_window, limit: 30, window: 1s }
+  - { id: sw, key: [k], match: { k: sw }, algorithm: sliding_window, limit: 30, window: 1s }
+  - { id: sl, key: [k], match: { k: sl }, algorithm: sliding_log, limit: 10, window: 500ms }
+  - { id: two-a, key: [k], match: { k: two }, algorithm: token_bucket, rate_per_s: 50, burst: 10 }
+  - { id: two-b, key: [k], match: { k: two }, algorithm: fixed_window, limit: 25, window: 2s }
+  - { id: shadow, key: [k], match: { k: two }, algorithm: fixed_window, limit: 3, window: 1s, mode: shadow }
+"#;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Two daemons with deny caches on one store decide every request exactly as two
+    /// daemons without them: the cache never refuses what the store would admit.
+    #[test]
+    fn the_deny_cache_is_exact(
+        steps in prop::collection::vec(
+            (0usize..6, 0u64..30_000, 1u64..4, any::<bool>()), 1..300)
+    ) {
+        let set = parse_yaml(RULES).expect("valid");
+        let keys = ["tb", "gc", "fw", "sw", "sl", "two"];
+        let (mut plain, mut cached) = (Mem::default(), Mem::default());
+        let mut layers = [Layer::new(1000, 100), Layer::new(1000, 100)];
+        let mut now = 10 * SECOND;
+        for (k, dt, cost, second) in steps {
+            now += dt;
+            let a = check(&set, None, &mut plain, keys[k], cost, now);
+            let b = check(&set, Some(&mut layers[usize::from(second)]), &mut cached, keys[k], cost, now);
+            prop_assert_eq!(a, b, "key {} cost {} at {}", keys[k], cost, now);
+        }
+        prop_assert!(cached.calls <= plain.calls);
+    }
+}
+
+#[test]
+fn a_refusal_is_repeated_without_the_store() {
+    let set = parse_yaml(RULES).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 10));
+    let t = 10 * SECOND;
+    for _ in 0..30 {
+        assert!(check(&set, Some(&mut layer), &mut store, "fw", 1, t));
+    }
+    assert!(!check(&set, Some(&mut layer), &mut store, "fw", 1, t));
+    let calls = store.calls;
+    for i in 0..100 {
+        assert!(!check(
+            &set,
+            Some(&mut layer),
+            &mut store,
+            "fw",
+            1,
+            t + i * MILLI
+        ));
+    }
+    assert_eq!(store.calls, calls, "refusals answered from the cache");
+    assert_eq!(layer.stats().deny_hits, 100);
+    // The window ends at 11 s: the store is asked again and admits.
+    assert!(check(
+        &set,
+        Some(&mut layer),
+        &mut store,
+        "fw",
+        1,
+        11 * SECOND
+    ));
+}
+
+#[test]
+fn a_smaller_cost_asks_the_store() {
+    let set = parse_yaml(RULES).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 10));
+    let t = 10 * SECOND;
+    for _ in 0..18 {
+        assert!(check(&set, Some(&mut layer), &mut store, "tb", 1, t));
+    }
+    // 2 tokens left: a cost of 3 is refused and cached, a cost of 2 still fits.
+    assert!(!check(&set, Some(&mut layer), &mut store, "tb", 3, t));
+    let calls = store.calls;
+    assert!(!check(&set, Some(&mut layer), &mut store, "tb", 5, t));
+    assert_eq!(
+        store.calls, calls,
+        "a bigger cost is refused from the cache"
+    );
+    assert!(check(&set, Some(&mut layer), &mut store, "tb", 2, t));
+}
+
+#[test]
+fn an_override_with_bigger_numbers_is_another_request() {
+    let base = "domain: api\nrules:\n  - { id: fw, key: [k], algorithm: fixed_window, limit: 2, window: 1m }\n";
+    let small = parse_yaml(base).expect("valid");
+    let mut big = parse_yaml(&format!(
+        "{base}overrides:\n  - {{ identity: {{ k: vip }}, rule: fw, limit: 10 }}\n"
+    ))
+    .expect("valid");
+    // Same version on purpose: the numbers alone must tell the entries apart.
+    big.version = small.version;
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 10));
+    let t = 60 * SECOND;
+    for _ in 0..2 {
+        assert!(check(&small, Some(&mut layer), &mut store, "vip", 1, t));
+    }
+    assert!(!check(&small, Some(&mut layer), &mut store, "vip", 1, t));
+    // The override raises vip's limit: the store admits, and so must the daemon.
+    assert!(check(&big, Some(&mut layer), &mut store, "vip", 1, t));
+}
+
+#[test]
+fn a_new_rule_version_forgets_refusals() {
+    let mut set = parse_yaml(RULES).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 10));
+    let t = 10 * SECOND;
+    for _ in 0..30 {
+        check(&set, Some(&mut layer), &mut store, "fw", 1, t);
+    }
+    assert!(!check(&set, Some(&mut layer), &mut store, "fw", 1, t));
+    assert_eq!(layer.deny_entries(), 1);
+    set.version += 1;
+    let calls = store.calls;
+    assert!(!check(&set, Some(&mut layer), &mut store, "fw", 1, t));
+    assert_eq!(
+        store.calls,
+        calls + 1,
+        "asked the store under the new version"
+    );
+}
+
+#[test]
+fn refusals_that_charge_or_hold_slots_are_never_cached() {
+    let set = parse_yaml(
+        "domain: api\nrules:\n  - { id: pen, key: [k], algorithm: fixed_window, limit: 1, window: 1m, charge_rejected: true }\n  - { id: conc, key: [c], algorithm: concurrency, limit: 1 }\n",
+    )
+    .expect("valid");
+    let dom = set.domain("api").expect("domain");
+    let p = plan(dom, &desc(&[("k", "a"), ("c", "b")]), 1, 1, "r", |_| {
+        Default::default()
+    });
+    assert!(
+        p.calls
+            .iter()
+            .enumerate()
+            .all(|(i, _)| !CallPolicy::of(&p, i).deny_cache)
+    );
+}
+
+#[test]
+fn a_shadow_refusal_alone_is_not_cached() {
+    let set = parse_yaml(RULES).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 10));
+    let t = 10 * SECOND;
+    // The shadow rule (3 a second) would refuse from the 4th; the enforced ones allow.
+    for _ in 0..5 {
+        assert!(check(&set, Some(&mut layer), &mut store, "two", 1, t));
+    }
+    assert_eq!(layer.deny_entries(), 0);
+}
+
+const LEASED: &str = r#"
+domain: api
+rules:
+  - { id: tb, key: [k], match: { k: tb }, algorithm: token_bucket, rate_per_s: 1, burst: 100, hot_keys: { lease: 7 } }
+  - { id: fw, key: [k], match: { k: fw }, algorithm: fixed_window, limit: 100, window: 1m, hot_keys: { lease: 8 } }
+  - { id: sw, key: [k], match: { k: sw }, algorithm: sliding_window, limit: 100, window: 1m, hot_keys: { lease: 9 } }
+  - { id: gc, key: [k], match: { k: gc }, algorithm: gcra, rate_per_s: 1, burst: 100, hot_keys: { lease: 6 } }
+"#;
+
+/// Four daemons leasing from one shared count of 100 admit 100 in all, never more, and
+/// ask the store about once per batch.
+#[test]
+fn leasing_never_overshoots() {
+    let set = parse_yaml(LEASED).expect("valid");
+    for key in ["tb", "fw", "sw", "gc"] {
+        let mut store = Mem::default();
+        let mut layers: Vec<Layer> = (0..4).map(|_| Layer::new(100, 100)).collect();
+        let t = 60 * SECOND;
+        let mut admitted = 0;
+        // 1,000 requests within 1 ms: nothing refills meaningfully (1 token a second).
+        for i in 0..1_000u64 {
+            if check(
+                &set,
+                Some(&mut layers[(i % 4) as usize]),
+                &mut store,
+                key,
+                1,
+                t + i,
+            ) {
+                admitted += 1;
+            }
+        }
+        assert!(admitted <= 100, "{key}: admitted {admitted}");
+        assert!(admitted >= 95, "{key}: admitted only {admitted}");
+        assert!(store.calls < 100, "{key}: {} store calls", store.calls);
+    }
+}
+
+#[test]
+fn a_lease_gives_back_when_the_key_goes_quiet() {
+    let set = parse_yaml(LEASED).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+    let t = 60 * SECOND;
+    assert!(check(&set, Some(&mut layer), &mut store, "fw", 1, t));
+    assert_eq!(layer.stats().leased_units, 8);
+    assert!(layer.sweep(t + lease::QUIET / 2).is_empty(), "still in use");
+    let back = layer.sweep(t + lease::QUIET);
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].units, 7);
+    assert_eq!(layer.stats().returned_units, 7);
+}
+
+#[test]
+fn a_rule_change_retires_leases() {
+    let mut set = parse_yaml(LEASED).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+    let t = 60 * SECOND;
+    assert!(check(&set, Some(&mut layer), &mut store, "tb", 1, t));
+    set.version += 1;
+    // The next request of any key sees the new version and retires every lease.
+    assert!(check(&set, Some(&mut layer), &mut store, "fw", 1, t + 1));
+    let back = layer.sweep(t + 2);
+    assert!(
+        back.iter().any(|g| g.key.contains(":t:tb") && g.units == 6),
+        "{back:?}"
+    );
+}
+
+#[test]
+fn auto_leases_only_hot_keys() {
+    let set = parse_yaml(
+        "domain: api\nrules:\n  - { id: tb, key: [k], algorithm: token_bucket, rate_per_s: 100000, burst: 100000, hot_keys: { lease: auto } }\n",
+    )
+    .expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+    let t = 60 * SECOND;
+    // A cold key, 50 a second: every request asks the store.
+    for i in 0..50u64 {
+        assert!(check(
+            &set,
+            Some(&mut layer),
+            &mut store,
+            "cold",
+            1,
+            t + i * 20 * MILLI
+        ));
+    }
+    assert_eq!(store.calls, 50);
+    // A hot key, 20,000 a second: one call per request until it has made 1,000 in a
+    // second (the batch), then one per batch of 1,000.
+    let before = store.calls;
+    for i in 0..20_000u64 {
+        assert!(check(
+            &set,
+            Some(&mut layer),
+            &mut store,
+            "hot",
+            1,
+            t + i * 50
+        ));
+    }
+    let first = store.calls - before;
+    assert!(
+        (1_000..=1_030).contains(&first),
+        "{first} store calls in the first second"
+    );
+    let before = store.calls;
+    for i in 20_000..60_000u64 {
+        assert!(check(
+            &set,
+            Some(&mut layer),
+            &mut store,
+            "hot",
+            1,
+            t + i * 50
+        ));
+    }
+    let steady = store.calls - before;
+    assert!(steady <= 42, "{steady} store calls for 40,000 requests");
+}
