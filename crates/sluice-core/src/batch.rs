@@ -6,7 +6,7 @@
 //! shard lock, the simulator runs it directly, and `lua/check.lua` is its transcription for
 //! Redis, held to it by the differential test.
 
-use crate::algo::{self, Outcome, Params, Remote, Request, State};
+use crate::algo::{self, GiveBackReq, Outcome, Params, Remote, Request, State};
 use crate::time::Micros;
 
 /// One rule's part of an identity's check.
@@ -70,6 +70,29 @@ pub enum Write {
     Keep,
     /// Store this state, expiring after the TTL (0 = it carries nothing: delete).
     Put(State, Micros),
+}
+
+/// A give-back is applied per key, not per identity like a [`Call`]: each rule keeps or loses
+/// what it was given on its own terms (a window that ended has nothing to give back to). The
+/// store applies [`algo::give_back`] atomically on the key's state, under the shard lock in
+/// memory and inside `lua/give_back.lua` on Redis.
+impl GiveBack {
+    /// The algorithm's inputs besides state and params.
+    pub fn request(&self) -> GiveBackReq {
+        GiveBackReq {
+            units: self.units,
+            taken_at: self.taken_at,
+            now: self.now,
+        }
+    }
+
+    /// What giving back does to `state`: [`Write::Keep`] when there is nothing to write.
+    pub fn write(&self, state: Option<&State>) -> Write {
+        match algo::give_back(&self.params, state, &self.request()) {
+            Some((st, ttl)) => Write::Put(st, ttl),
+            None => Write::Keep,
+        }
+    }
 }
 
 impl Call {
@@ -257,6 +280,38 @@ mod tests {
             commit(&mut states, w);
         }
         assert_eq!(states[0], Some(State::FixedWindow { start: 0, count: 3 }));
+    }
+
+    #[test]
+    fn a_lease_check_is_undone_key_by_key_by_its_give_backs() {
+        let fw = || Params::FixedWindow {
+            limit: 100,
+            window: Window::Epoch(60 * SECOND),
+        };
+        let mut c = call(vec![item("w", fw())]);
+        c.cost = 10;
+        let mut states = vec![None];
+        let (r, w) = apply(&c, &states);
+        assert!(r.allowed);
+        commit(&mut states, w);
+        let g = GiveBack {
+            key: "w".into(),
+            params: fw(),
+            units: 7,
+            taken_at: 0,
+            now: SECOND,
+        };
+        let w = g.write(states[0].as_ref());
+        assert_eq!(
+            w,
+            Write::Put(State::FixedWindow { start: 0, count: 3 }, 59 * SECOND)
+        );
+        // The next window: nothing to give back to.
+        let late = GiveBack {
+            now: 60 * SECOND,
+            ..g
+        };
+        assert_eq!(late.write(states[0].as_ref()), Write::Keep);
     }
 
     #[test]

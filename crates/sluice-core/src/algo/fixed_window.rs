@@ -12,6 +12,12 @@ fn count(start: Micros, state: Option<&State>) -> u64 {
     }
 }
 
+/// How long a window's count stays meaningful at `now` (its store TTL): until the window
+/// ending at `end` ends. The one expiry rule of a fixed window (`take`, `give_back`).
+pub(super) fn ttl(end: Micros, now: Micros) -> Micros {
+    end - now
+}
+
 /// `now`, or the start of the newer window the state already belongs to. Two threads of one
 /// daemon can cross a window boundary in either order; a late request must not reset the
 /// newer window's count, so it is counted in that window (conservative: never over-admits).
@@ -54,7 +60,7 @@ pub(super) fn take(window: &Window, state: Option<&State>, req: &Request<'_>) ->
     let now = effective_now(state, req.now);
     let (start, end) = window.bounds(now);
     let count = count(start, state) + req.cost;
-    (State::FixedWindow { start, count }, end - now)
+    (State::FixedWindow { start, count }, ttl(end, now))
 }
 
 #[cfg(test)]

@@ -12,6 +12,12 @@ pub(super) fn interval(rate: u64) -> Micros {
     div_ceil(SECOND, rate)
 }
 
+/// How long a TAT stays meaningful at `now` (its store TTL): until it is `now` or earlier,
+/// when absent state says the same. The one expiry rule of GCRA (`take`, `give_back`).
+pub(super) fn ttl(tat: Micros, now: Micros) -> Micros {
+    tat.saturating_sub(now)
+}
+
 /// TAT at `now` (never in the past), with fresh remote consumption applied; the remote
 /// figure seen; this region's cumulative `used` (0 for a fresh key: a new generation).
 fn current(rate: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
@@ -78,7 +84,7 @@ pub(super) fn take(
     // A charged refusal may not push the TAT beyond one full burst of debt.
     let tat = (tat + req.cost * t).min(req.now + t * burst);
     let used = used_after(used, req.cost, burst, req);
-    (State::Gcra { tat, seen, used }, tat - req.now)
+    (State::Gcra { tat, seen, used }, ttl(tat, req.now))
 }
 
 #[cfg(test)]

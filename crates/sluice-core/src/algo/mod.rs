@@ -2,7 +2,8 @@
 //!
 //! Each algorithm is split in two steps so that one store call can check every rule of an
 //! identity before taking from any of them: [`evaluate`] says what would happen and
-//! [`take`] applies the cost. Both are deterministic integer arithmetic kept below 2^53, so the
+//! [`take`] applies the cost. [`give_back`] returns leased units that were taken and never
+//! spent. Both are deterministic integer arithmetic kept below 2^53, so the
 //! Lua scripts in `lua/` reproduce them bit for bit on Redis (a differential test holds them
 //! to it). Absent state means "fresh": a full bucket, an empty window.
 
@@ -10,12 +11,14 @@ mod calendar;
 mod concurrency;
 mod fixed_window;
 mod gcra;
+mod give_back;
 mod sliding_log;
 mod sliding_window;
 mod state;
 mod token_bucket;
 
 pub use calendar::{Calendar, CalendarUnit};
+pub use give_back::{GiveBackReq, give_back};
 pub use state::{DecodeError, State};
 
 use crate::time::Micros;

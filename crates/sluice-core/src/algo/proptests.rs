@@ -223,3 +223,170 @@ proptest! {
         }
     }
 }
+
+/// The algorithms a lease can be given back to (`Kind::leasable`), small numbers.
+fn leasable_params() -> impl Strategy<Value = Params> {
+    params().prop_filter("leasable", |p| p.kind().leasable())
+}
+
+/// Leasable params up to the validated bounds, and a state of their algorithm with any
+/// fields up to `field` (a window's counts up to `count`): what a store can hold, whether a
+/// check could have written it or not.
+fn any_leasable_state(field: u64, count: u64) -> impl Strategy<Value = (Params, State)> {
+    let n = move || 0..=field;
+    let c = move || 0..=count;
+    let big = || 1u64..=MAX_LIMIT;
+    prop_oneof![
+        (big(), big(), n(), n(), n(), n()).prop_map(
+            |(rate_per_s, burst, tokens, ts, seen, used)| {
+                (
+                    Params::TokenBucket { rate_per_s, burst },
+                    State::TokenBucket {
+                        tokens,
+                        ts,
+                        seen,
+                        used,
+                    },
+                )
+            }
+        ),
+        (big(), 1u64..=1_000_000, n(), n(), n()).prop_map(
+            |(burst, rate_per_s, tat, seen, used)| {
+                (
+                    Params::Gcra { rate_per_s, burst },
+                    State::Gcra { tat, seen, used },
+                )
+            }
+        ),
+        (big(), 1u64..=86_400_000, n(), c()).prop_map(|(limit, ms, start, count)| {
+            let window = ms * MILLI;
+            // A start on the window's grid, as every written state has.
+            let start = start - start % window;
+            (
+                Params::FixedWindow {
+                    limit,
+                    window: Window::Epoch(window),
+                },
+                State::FixedWindow { start, count },
+            )
+        }),
+        (big(), 1u64..=86_400_000, n(), c(), c()).prop_map(|(limit, ms, start, cur, prev)| {
+            let window = ms * MILLI;
+            let start = start - start % window;
+            (
+                Params::SlidingWindow { limit, window },
+                State::SlidingWindow { start, cur, prev },
+            )
+        }),
+    ]
+}
+
+/// The state a store holds after writing `w`: a TTL of 0 deletes.
+fn written(w: Option<(State, Micros)>, before: Option<State>) -> Option<State> {
+    match w {
+        Some((s, ttl)) => (ttl > 0).then_some(s),
+        None => before,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// A lease given back unspent undoes its take: at the same instant every probe answers
+    /// exactly as before the take; later, a bucket and a fixed window answer exactly as if
+    /// nothing had been leased, and a sliding window (whose count may have become the
+    /// previous window's weight) never admits more than without the lease.
+    #[test]
+    fn a_lease_given_back_unspent_undoes_its_take(
+        p in leasable_params(),
+        s in steps(),
+        lease in 1u64..30,
+        later in prop_oneof![Just(0u64), 0u64..2_000, 0u64..3 * SECOND, 0u64..20 * SECOND],
+    ) {
+        let mut st: Option<State> = None;
+        let mut now = 1_700_000_000 * SECOND;
+        for (i, (gap, cost)) in s.iter().enumerate() {
+            now += gap;
+            let id = format!("r{i}");
+            if evaluate(&p, st.as_ref(), &req(now, *cost, &id)).allowed && *cost > 0 {
+                st = Some(take(&p, st.as_ref(), &req(now, *cost, &id)).0);
+            }
+        }
+        prop_assume!(evaluate(&p, st.as_ref(), &req(now, lease, "lease")).allowed);
+        let (leased, _) = take(&p, st.as_ref(), &req(now, lease, "lease"));
+        let at = now + later;
+        let g = GiveBackReq { units: lease, taken_at: now, now: at };
+        let back = written(give_back(&p, Some(&leased), &g), Some(leased.clone()));
+        for probe in 0..=p.limit() + 1 {
+            let want = evaluate(&p, st.as_ref(), &req(at, probe, "probe"));
+            let got = evaluate(&p, back.as_ref(), &req(at, probe, "probe"));
+            if later == 0 || !matches!(p, Params::SlidingWindow { .. }) {
+                prop_assert_eq!(
+                    (got.allowed, got.remaining), (want.allowed, want.remaining),
+                    "probe {} after {:?} -> {:?} -> {:?}", probe, st, leased, back
+                );
+            } else {
+                prop_assert!(!got.allowed || want.allowed, "probe {probe}: {got:?} vs {want:?}");
+            }
+        }
+        // What is left, by a peek (a refused probe's `remaining` is "now", an admitted one's
+        // "after": only peeks compare across the two).
+        let want = evaluate(&p, st.as_ref(), &req(at, 0, "peek"));
+        let got = evaluate(&p, back.as_ref(), &req(at, 0, "peek"));
+        prop_assert!(got.remaining <= want.remaining, "{got:?} vs {want:?}");
+    }
+
+    /// Whatever a store holds (window counts within what charged refusals can reach, where
+    /// `evaluate` itself is defined) and whatever is given back, the result never admits more
+    /// than a fresh key would, writes only a state of the rule's algorithm that round-trips
+    /// its encoding, and keeps a bucket's `seen` and `used`.
+    #[test]
+    fn giving_back_never_beats_a_fresh_key(
+        (p, st) in any_leasable_state((1 << 53) - 1, 4 * MAX_LIMIT),
+        units in 0u64..=MAX_LIMIT,
+        taken_at in 0u64..(1 << 53),
+        now in 0u64..(1 << 53),
+        probe in 0u64..=MAX_LIMIT,
+    ) {
+        let g = GiveBackReq { units, taken_at, now };
+        let w = give_back(&p, Some(&st), &g);
+        if let Some((s, ttl)) = &w {
+            prop_assert_eq!(s.kind(), p.kind());
+            prop_assert!(*ttl < 1 << 53);
+            let decoded = State::decode(s.kind(), &s.encode());
+            prop_assert_eq!(decoded.as_ref(), Ok(s));
+            if let (
+                State::TokenBucket { seen, used, .. } | State::Gcra { seen, used, .. },
+                State::TokenBucket { seen: s2, used: u2, .. } | State::Gcra { seen: s2, used: u2, .. },
+            ) = (&st, s)
+            {
+                prop_assert_eq!((seen, used), (s2, u2));
+            }
+        }
+        let after = written(w, Some(st));
+        let fresh = evaluate(&p, None, &req(now, probe, "probe"));
+        let got = evaluate(&p, after.as_ref(), &req(now, probe, "probe"));
+        prop_assert!(!got.allowed || fresh.allowed, "{got:?} vs fresh {fresh:?}");
+        let fresh = evaluate(&p, None, &req(now, 0, "peek"));
+        let got = evaluate(&p, after.as_ref(), &req(now, 0, "peek"));
+        prop_assert!(got.remaining <= fresh.remaining, "{got:?} vs fresh {fresh:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// No state, however odd its fields, makes a give-back panic.
+    #[test]
+    fn giving_back_never_panics(
+        (p, st) in any_leasable_state(u64::MAX, u64::MAX),
+        units in any::<u64>(),
+        taken_at in 0u64..(1 << 53),
+        now in 0u64..(1 << 53),
+    ) {
+        let g = GiveBackReq { units, taken_at, now };
+        if let Some((s, _)) = give_back(&p, Some(&st), &g) {
+            prop_assert_eq!(s.kind(), p.kind());
+        }
+    }
+}

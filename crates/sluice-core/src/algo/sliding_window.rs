@@ -25,6 +25,13 @@ fn wait_until_rem(window: Micros, elapsed: Micros, r_ms: u64) -> Micros {
     (window - elapsed).saturating_sub((r_ms + 1) * MILLI - 1)
 }
 
+/// How long the counts of the window starting at `start` stay meaningful at `now` (their
+/// store TTL): until the window after it ends, the last one they weigh in. The one expiry
+/// rule of a sliding window (`take`, `give_back`).
+pub(super) fn ttl(window: Micros, start: Micros, now: Micros) -> Micros {
+    2 * window - (now - start)
+}
+
 /// `now`, or the start of the newer window the state already belongs to (see
 /// `fixed_window::effective_now`: a late request never resets a newer window).
 fn effective_now(state: Option<&State>, now: Micros) -> Micros {
@@ -92,7 +99,7 @@ pub(super) fn take(window: Micros, state: Option<&State>, req: &Request<'_>) -> 
             cur: cur + req.cost,
             prev,
         },
-        2 * window - (now - start),
+        ttl(window, start, now),
     )
 }
 

@@ -29,9 +29,16 @@ pub(super) fn used_after(used: u64, cost: u64, burst: u64, req: &Request<'_>) ->
     }
 }
 
+/// How long a bucket holding `tokens` micro-tokens stays meaningful (its store TTL): until
+/// it is full again, when absent state says the same. 0 for a full bucket (no key). The one
+/// expiry rule of a bucket: `take` and `give_back` both use it.
+pub(super) fn ttl(rate: u64, burst: u64, tokens: u64) -> Micros {
+    div_ceil(burst * TOKEN_SCALE - tokens, rate)
+}
+
 /// Tokens at `now` (refilled, remote consumption drained), the remote figure seen, and this
 /// region's cumulative `used` (0 when the key is fresh: a new generation).
-fn current(
+pub(super) fn current(
     rate: u64,
     burst: u64,
     state: Option<&State>,
@@ -141,13 +148,12 @@ pub(super) fn take(
     state: Option<&State>,
     req: &Request<'_>,
 ) -> (State, Micros) {
-    let cap = burst * TOKEN_SCALE;
     let (tokens, ts, seen, used) = current(rate, burst, state, req);
     let tokens = tokens.saturating_sub(req.cost * TOKEN_SCALE);
     let used = used_after(used, req.cost, burst, req);
     (
         normalize(tokens, ts, seen, used, rate),
-        div_ceil(cap - tokens, rate),
+        ttl(rate, burst, tokens),
     )
 }
 
