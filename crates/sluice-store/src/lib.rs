@@ -21,7 +21,7 @@ pub use memory::MemoryStore;
 pub use redis::{RedisClusterStore, RedisConfig, RedisStore};
 
 use sluice_core::Micros;
-use sluice_core::batch::{Call, CallResult};
+use sluice_core::batch::{Call, CallResult, GiveBack};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -122,6 +122,27 @@ pub trait Store: Send + Sync + 'static {
         request_id: &'a str,
         now: Micros,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Gives back units a lease took by a check and did not spend ([`GiveBack`], applied by
+    /// the core's [`sluice_core::algo::give_back`] atomically on the key's state).
+    /// `Ok(true)` when the state was written, `Ok(false)` when there was nothing to give
+    /// back to (no state, or the window the units counted in has ended).
+    ///
+    /// Not on the hot path, but bounded by the store's call deadline like a check, and never
+    /// in a check's way. Not idempotent: a give-back that failed (a timeout may have run) must
+    /// not be sent again, or the units could come back twice and admit past the limit;
+    /// dropping it loses them, the safe side. An algorithm that cannot be leased
+    /// ([`sluice_core::algo::Kind::leasable`]) is refused as an error.
+    ///
+    /// The default refuses: a test double need not implement it, and a store that did not
+    /// says so instead of dropping units silently.
+    fn give_back<'a>(&'a self, g: &'a GiveBack) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let _ = g;
+        Box::pin(std::future::ready(Err(StoreError::Server(format!(
+            "the {} store cannot give units back",
+            self.kind()
+        )))))
+    }
 
     /// Whether calls can fail because the store is down or slow (a network store). A store
     /// without outages (in memory, in the daemon) is never put behind a circuit breaker:

@@ -19,7 +19,7 @@ use crate::{BoxFuture, Store, StoreError};
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as Slot;
 use siphasher::sip::SipHasher13;
-use sluice_core::batch::{Call, CallResult, Write, apply_into};
+use sluice_core::batch::{Call, CallResult, GiveBack, Write, apply_into};
 use sluice_core::hash::{InlineKey, Keyed};
 use sluice_core::{Micros, State, algo};
 use std::hash::{BuildHasher, Hasher};
@@ -196,6 +196,15 @@ pub struct MemoryStore {
     visited: AtomicU64,
 }
 
+/// A give-back for an algorithm no lease can be taken from: the caller's mistake, permanent.
+pub(crate) fn not_leasable(g: &GiveBack) -> StoreError {
+    StoreError::Server(format!(
+        "give-back to {}: {} cannot be leased",
+        g.key,
+        g.params.kind().name()
+    ))
+}
+
 /// The hash tag of a key (`sl:{tag}:rule` → `tag`), or the whole key.
 fn tag(key: &str) -> &str {
     // Redis Cluster's rule: the first `{`, then the first `}` after it, non-empty between.
@@ -363,6 +372,53 @@ impl MemoryStore {
         });
     }
 
+    /// Gives back units a lease did not spend (see [`Store::give_back`]): the synchronous
+    /// call, for the daemon's local buckets and the simulator. `Ok(true)` when the key's state
+    /// was written (or deleted: a bucket full again), `Ok(false)` when there was nothing to
+    /// give back to.
+    pub fn give_back_sync(&self, g: &GiveBack) -> Result<bool, StoreError> {
+        let kind = g.params.kind();
+        if !kind.leasable() {
+            return Err(not_leasable(g));
+        }
+        let mut shard = Self::lock(self.shard(&g.key));
+        let map = &mut shard.map;
+        let state = match map.get(g.key.as_bytes()) {
+            Some(e) if e.expires > g.now => {
+                if e.state.kind() != kind {
+                    return Err(StoreError::Corrupt {
+                        key: g.key.clone(),
+                        detail: format!(
+                            "holds {} state, rule is {}",
+                            e.state.kind().name(),
+                            kind.name()
+                        ),
+                    });
+                }
+                e.state.clone()
+            }
+            _ => return Ok(false),
+        };
+        match g.write(Some(&state)) {
+            Write::Keep => Ok(false),
+            Write::Put(_, 0) => {
+                map.remove(g.key.as_bytes());
+                Ok(true)
+            }
+            Write::Put(state, ttl) => {
+                // The key exists: an update, never a new key at the bound.
+                map.insert(
+                    InlineKey::from_slice(g.key.as_bytes()),
+                    Entry {
+                        state,
+                        expires: g.now + ttl,
+                    },
+                );
+                Ok(true)
+            }
+        }
+    }
+
     /// Frees a concurrency slot.
     pub fn release_sync(&self, key: &str, request_id: &str, now: Micros) -> bool {
         let mut shard = Self::lock(self.shard(key));
@@ -467,6 +523,10 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(
             self.release_sync(key, request_id, now)
         )))
+    }
+
+    fn give_back<'a>(&'a self, g: &'a GiveBack) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(self.give_back_sync(g)))
     }
 
     fn kind(&self) -> &'static str {
@@ -713,6 +773,58 @@ mod tests {
             ))
             .expect_err("corrupt");
         assert!(!err.retryable());
+    }
+
+    #[test]
+    fn a_give_back_meets_the_state_it_finds() {
+        let s = MemoryStore::default();
+        let gcra = Params::Gcra {
+            rate_per_s: 10,
+            burst: 5,
+        };
+        let mut c = call("sl:{a}:r", 0, gcra.clone());
+        c.cost = 3;
+        assert!(s.check_sync(&c).expect("ok").allowed);
+        let g = GiveBack {
+            key: "sl:{a}:r".into(),
+            params: gcra.clone(),
+            units: 1,
+            taken_at: 0,
+            now: 0,
+        };
+        assert_eq!(s.give_back_sync(&g), Ok(true));
+        let tat = |s: &MemoryStore| match s.get("sl:{a}:r", 0) {
+            Some(State::Gcra { tat, .. }) => tat,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(tat(&s), 200_000);
+        // Everything back: the TAT is now, the key carries nothing and goes.
+        assert_eq!(
+            s.give_back_sync(&GiveBack {
+                units: 5,
+                ..g.clone()
+            }),
+            Ok(true)
+        );
+        assert_eq!(s.get("sl:{a}:r", 0), None);
+        assert_eq!(
+            s.give_back_sync(&g),
+            Ok(false),
+            "no state: nothing to give back to"
+        );
+        // Another algorithm's state is corrupt, as for a check.
+        s.check_sync(&c).expect("ok");
+        let wrong = GiveBack {
+            params: Params::TokenBucket {
+                rate_per_s: 1,
+                burst: 5,
+            },
+            ..g
+        };
+        assert!(matches!(
+            s.give_back_sync(&wrong),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 
     #[test]
