@@ -112,6 +112,29 @@ pub struct Config {
     /// Resource limits and self-protection: message size, connections, deadlines, checks in
     /// flight (docs/failure.md).
     pub limits: crate::limits::LimitsConfig,
+    /// The hot-key layer's memory (docs/hot-keys.md); each rule's `hot_keys` block says what
+    /// it may do.
+    pub hot_keys: HotKeysConfig,
+}
+
+/// Bounds of the hot-key layer: what it may hold, at most, however many keys arrive.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HotKeysConfig {
+    /// Cached refusals (about 200 bytes each plus the keys); 0 with `leases: 0` turns the
+    /// layer off.
+    pub deny_entries: usize,
+    /// Leases held at once.
+    pub leases: usize,
+}
+
+impl Default for HotKeysConfig {
+    fn default() -> HotKeysConfig {
+        HotKeysConfig {
+            deny_entries: 100_000,
+            leases: 10_000,
+        }
+    }
 }
 
 impl Default for Config {
@@ -147,6 +170,7 @@ impl Default for Config {
             envoy: crate::envoy::EnvoyConfig::default(),
             gossip: crate::regions::GossipConfig::default(),
             limits: crate::limits::LimitsConfig::default(),
+            hot_keys: HotKeysConfig::default(),
         }
     }
 }
@@ -169,6 +193,10 @@ impl Config {
         anyhow::ensure!(
             (1..=3600).contains(&self.poll_s),
             "poll_s must be 1 to 3600"
+        );
+        anyhow::ensure!(
+            self.hot_keys.deny_entries <= 10_000_000 && self.hot_keys.leases <= 1_000_000,
+            "hot_keys: deny_entries must be at most 10000000 and leases at most 1000000"
         );
         anyhow::ensure!(
             (1..=60_000).contains(&self.store_timeout_ms),

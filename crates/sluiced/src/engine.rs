@@ -90,6 +90,8 @@ pub struct Engine {
     pub usage: Option<Arc<dyn UsageSink>>,
     /// Admissions to quotas decided while the store failed, replayed once it is back.
     pub journal: Option<Arc<crate::journal::Journal>>,
+    /// The hot-key layer: cached refusals and leases (none: every call asks the store).
+    pub hot: Option<Arc<crate::hot::HotKeys>>,
     /// One circuit breaker per store shard (shard index modulo [`BREAKERS`]); none for a
     /// store without outages.
     breakers: Vec<Mutex<Breaker>>,
@@ -128,6 +130,7 @@ impl Engine {
             remote: None,
             usage: None,
             journal: None,
+            hot: None,
             daemon_tag,
             seq: AtomicU64::new(0),
         }
@@ -332,7 +335,7 @@ impl Engine {
                 .map(|r| r.remote(&a.key, &a.params, now))
                 .unwrap_or_default()
         });
-        let answers = self.answers(&p).await;
+        let answers = self.answers(&p, version).await;
         let decision = p.decide(version, &answers);
         self.count(&dom.name, &decision);
         if !decision.shadow_denied.is_empty() {
@@ -350,19 +353,28 @@ impl Engine {
         decision
     }
 
-    /// The answers to a plan's store calls, in order: each through its shard's breaker and
-    /// the store deadline, with the local fallback when it fails. Every way a decision is
-    /// made (rules, Envoy's `limit` overrides) goes through here.
-    pub(crate) async fn answers(&self, p: &sluice_core::decision::Plan<'_>) -> Vec<Answer> {
+    /// The answers to a plan's store calls, in order: each through the hot-key layer, its
+    /// shard's breaker and the store deadline, with the local fallback when it fails. Every
+    /// way a decision is made (rules, Envoy's `limit` overrides) goes through here.
+    pub(crate) async fn answers(
+        &self,
+        p: &sluice_core::decision::Plan<'_>,
+        version: u64,
+    ) -> Vec<Answer> {
         if p.calls.len() == 1 {
-            vec![self.answer(p, 0).await]
+            vec![self.answer(p, 0, version).await]
         } else {
-            futures_util::future::join_all((0..p.calls.len()).map(|i| self.answer(p, i))).await
+            futures_util::future::join_all((0..p.calls.len()).map(|i| self.answer(p, i, version)))
+                .await
         }
     }
 
-    async fn answer(&self, p: &sluice_core::decision::Plan<'_>, i: usize) -> Answer {
-        match self.call_store(&p.calls[i].call).await {
+    async fn answer(&self, p: &sluice_core::decision::Plan<'_>, i: usize, version: u64) -> Answer {
+        let r = match &self.hot {
+            Some(hot) => self.through_hot_keys(hot, p, i, version).await,
+            None => self.call_store(&p.calls[i].call).await,
+        };
+        match r {
             Ok(r) => Answer::Done(r),
             Err(_) => Answer::Failed {
                 local: p
@@ -372,6 +384,65 @@ impl Engine {
         }
     }
 
+    /// Call `i` through the hot-key layer: answered by the layer (a cached refusal, leased
+    /// units), sent as planned, or sent as a lease call. The core decides each step; this
+    /// only runs the store calls and waits where a lease call is in flight.
+    async fn through_hot_keys(
+        &self,
+        hot: &crate::hot::HotKeys,
+        p: &sluice_core::decision::Plan<'_>,
+        i: usize,
+        version: u64,
+    ) -> Result<sluice_core::batch::CallResult, StoreError> {
+        use sluice_core::hotkeys::{CallPolicy, Next, Route, Sent, with_cost};
+        let pc = &p.calls[i];
+        let policy = CallPolicy::of(p, i);
+        if policy == CallPolicy::default() {
+            return self.call_store(&pc.call).await;
+        }
+        let shard = hot.shard_of(&pc.call);
+        let mut waited = false;
+        let mut sent = loop {
+            // Registered before routing, so a lease answered in between still wakes us.
+            let woken = hot.wake(shard).notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let route = hot.lock(shard).route(pc, policy, version);
+            match route {
+                Route::Local(r) => return Ok(r),
+                Route::Store => break Sent::Plain,
+                Route::Lease { batch } => break Sent::Lease { batch },
+                // Once: a lease call slower than the deadline is as good as failed for us.
+                Route::Wait if waited => break Sent::Plain,
+                Route::Wait => {
+                    waited = true;
+                    let _ = tokio::time::timeout(self.store_timeout, woken).await;
+                }
+            }
+        };
+        loop {
+            let lease = LeaseInFlight::new(hot, shard, pc, sent);
+            let r = match sent {
+                Sent::Plain => self.call_store(&pc.call).await,
+                Sent::Lease { batch } => self.call_store(&with_cost(&pc.call, batch)).await,
+            };
+            let next = match r {
+                Ok(r) => {
+                    let next = hot.lock(shard).answered(pc, policy, sent, r);
+                    lease.done();
+                    next
+                }
+                Err(e) => {
+                    drop(lease);
+                    return Err(e);
+                }
+            };
+            match next {
+                Next::Answer(r) => return Ok(r),
+                Next::Again { batch } => sent = Sent::Lease { batch },
+            }
+        }
+    }
     /// Counts a decision's policies in the per-rule metrics of `domain`.
     pub(crate) fn count(&self, domain: &str, d: &Decision) {
         for pol in &d.policies {
@@ -440,6 +511,49 @@ impl Engine {
             self.local.release_sync(&a.key, request_id, now);
         }
         Ok(released)
+    }
+}
+
+/// A lease call in flight: dropped before [`LeaseInFlight::done`] (the call failed, or the
+/// check was cancelled), it tells the layer so the key's other requests stop waiting, and
+/// wakes them either way.
+struct LeaseInFlight<'a> {
+    hot: &'a crate::hot::HotKeys,
+    shard: usize,
+    pc: &'a sluice_core::decision::PlannedCall,
+    armed: bool,
+}
+
+impl<'a> LeaseInFlight<'a> {
+    fn new(
+        hot: &'a crate::hot::HotKeys,
+        shard: usize,
+        pc: &'a sluice_core::decision::PlannedCall,
+        sent: sluice_core::hotkeys::Sent,
+    ) -> LeaseInFlight<'a> {
+        LeaseInFlight {
+            hot,
+            shard,
+            pc,
+            armed: matches!(sent, sluice_core::hotkeys::Sent::Lease { .. }),
+        }
+    }
+
+    /// The layer has the answer: just wake the waiters.
+    fn done(mut self) {
+        if self.armed {
+            self.armed = false;
+            self.hot.wake(self.shard).notify_waiters();
+        }
+    }
+}
+
+impl Drop for LeaseInFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.hot.lock(self.shard).lease_failed(self.pc);
+            self.hot.wake(self.shard).notify_waiters();
+        }
     }
 }
 

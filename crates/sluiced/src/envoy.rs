@@ -262,7 +262,7 @@ impl RateLimitService {
             Remote::default()
         });
         // The store calls go the way a rule's do: breaker, deadline, metrics, fallback.
-        let answers = self.engine.answers(&p).await;
+        let answers = self.engine.answers(&p, rules.version).await;
         let decision = p.decide(rules.version, &answers);
         self.engine.count(domain, &decision);
         self.engine.decided(started, &decision);

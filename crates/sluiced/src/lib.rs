@@ -13,6 +13,7 @@
 //! - [`unary`]: the gRPC port, a lean unary gRPC server on HTTP/2.
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
+//! - [`hot`]: the hot-key layer's shell (deny cache, leases, give-backs).
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
 //! - [`limits`]: resource limits and self-protection (sizes, deadlines, connections, checks
 //!   in flight) and the HTTP ports' accept loop.
@@ -28,6 +29,7 @@ pub mod control;
 pub mod engine;
 pub mod envoy;
 pub mod grpc;
+pub mod hot;
 pub mod http;
 pub mod journal;
 pub mod limits;
@@ -127,6 +129,14 @@ pub async fn run(
         tracing::info!(path = %path.display(), backlog = j.backlog(), "quota journal open");
         engine.journal = Some(Arc::new(j));
     }
+    if cfg.hot_keys.deny_entries > 0 || cfg.hot_keys.leases > 0 {
+        let hot = Arc::new(hot::HotKeys::new(
+            cfg.hot_keys.deny_entries,
+            cfg.hot_keys.leases,
+        ));
+        engine.metrics.add_exporter(hot.clone());
+        engine.hot = Some(hot);
+    }
     // Regions: other regions' figures into global rules, this region's out (regions.rs).
     let regions = regions::start(&cfg, published.clone(), &engine.metrics).await?;
     if let Some(r) = &regions {
@@ -173,6 +183,27 @@ pub async fn run(
                     m.sweep(now);
                 }
                 engine.local.sweep(now);
+            }
+        })
+    };
+
+    // Leases: what quiet keys did not spend goes back to the store (hot.rs).
+    let give_back = {
+        let engine = engine.clone();
+        let mut stop = stop_rx.clone();
+        let timeout = Duration::from_millis(cfg.store_timeout_ms.max(50));
+        tokio::spawn(async move {
+            let Some(hot) = engine.hot.clone() else {
+                return;
+            };
+            let every = Duration::from_micros(sluice_core::hotkeys::lease::SWEEP);
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+                hot.sweep(engine.store.as_ref(), engine.now(), timeout, false)
+                    .await;
             }
         })
     };
@@ -234,6 +265,13 @@ pub async fn run(
     }
     let _ = sweeper.await;
     let _ = replayer.await;
+    let _ = give_back.await;
+    // In-flight checks have drained: every lease's unspent units go back.
+    if let Some(hot) = &engine.hot {
+        let timeout = Duration::from_millis(cfg.store_timeout_ms.max(50));
+        hot.sweep(engine.store.as_ref(), engine.now(), timeout, true)
+            .await;
+    }
     if let Some(r) = &regions {
         r.shutdown().await;
     }

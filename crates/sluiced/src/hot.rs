@@ -1,0 +1,183 @@
+//! The hot-key layer's shell: the core's [`Layer`] sharded behind locks, a wake-up for
+//! requests waiting on a lease call, and the give-backs sent to the store.
+//!
+//! All decisions are the core's (`sluice_core::hotkeys`); this file only holds the state,
+//! runs [`Layer::sweep`] on a timer and sends what it returns.
+
+use sluice_core::Micros;
+use sluice_core::batch::{Call, GiveBack};
+use sluice_core::hotkeys::{Layer, Stats, lease};
+use sluice_store::Store;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Shards: a key always lands on the same one, so its lease and its cached refusals live
+/// under one lock, and distinct keys rarely contend.
+const SHARDS: usize = 16;
+
+/// The daemon's hot-key state.
+#[derive(Debug)]
+pub struct HotKeys {
+    shards: Vec<Mutex<Layer>>,
+    /// Woken when a lease call of the shard is answered.
+    wake: Vec<Notify>,
+    give_back_failures: AtomicU64,
+}
+
+impl HotKeys {
+    /// Room for `deny_entries` cached refusals and `leases` leases in all.
+    pub fn new(deny_entries: usize, leases: usize) -> HotKeys {
+        HotKeys {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Layer::new(deny_entries / SHARDS, leases / SHARDS)))
+                .collect(),
+            wake: (0..SHARDS).map(|_| Notify::new()).collect(),
+            give_back_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// The shard of a call.
+    pub fn shard_of(&self, call: &Call) -> usize {
+        (lease::fingerprint(call) % SHARDS as u64) as usize
+    }
+
+    /// The shard's layer, locked (a panic while it was held left it usable: every step of a
+    /// layer leaves it consistent).
+    pub fn lock(&self, shard: usize) -> MutexGuard<'_, Layer> {
+        self.shards[shard].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The wake-up of a shard's lease waiters.
+    pub fn wake(&self, shard: usize) -> &Notify {
+        &self.wake[shard]
+    }
+
+    /// Sends every give-back due at `now` (all of them at shutdown), each under `timeout`.
+    pub async fn sweep(&self, store: &dyn Store, now: Micros, timeout: Duration, all: bool) {
+        let mut backs: Vec<GiveBack> = Vec::new();
+        for s in 0..SHARDS {
+            let mut l = self.lock(s);
+            backs.extend(if all { l.drain(now) } else { l.sweep(now) });
+        }
+        for g in &backs {
+            let ok = matches!(
+                tokio::time::timeout(timeout, store.give_back(g)).await,
+                Ok(Ok(_))
+            );
+            if !ok {
+                let n = self.give_back_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                if n % 1_000 == 1 {
+                    tracing::warn!(
+                        failures = n,
+                        "a lease's give-back failed; its units stay taken until the window or bucket refills"
+                    );
+                }
+            }
+        }
+    }
+
+    fn totals(&self) -> (Stats, usize, usize) {
+        let mut t = Stats::default();
+        let (mut deny, mut leases) = (0, 0);
+        for s in 0..SHARDS {
+            let l = self.lock(s);
+            let st = l.stats();
+            t.deny_hits += st.deny_hits;
+            t.deny_inserts += st.deny_inserts;
+            t.deny_full += st.deny_full;
+            t.lease_spent += st.lease_spent;
+            t.lease_blocked += st.lease_blocked;
+            t.lease_calls += st.lease_calls;
+            t.leased_units += st.leased_units;
+            t.returned_units += st.returned_units;
+            t.expired_units += st.expired_units;
+            deny += l.deny_entries();
+            leases += l.lease_entries();
+        }
+        (t, deny, leases)
+    }
+}
+
+impl crate::metrics::Exporter for HotKeys {
+    fn render(&self, out: &mut String) {
+        let (t, deny, leases) = self.totals();
+        let series: [(&str, &str, &str, u64); 12] = [
+            (
+                "sluice_deny_cache_hits_total",
+                "counter",
+                "Requests refused from the deny cache, without a store call.",
+                t.deny_hits,
+            ),
+            (
+                "sluice_deny_cache_inserts_total",
+                "counter",
+                "Store refusals remembered by the deny cache.",
+                t.deny_inserts,
+            ),
+            (
+                "sluice_deny_cache_full_total",
+                "counter",
+                "Store refusals not remembered because the deny cache was full.",
+                t.deny_full,
+            ),
+            (
+                "sluice_deny_cache_entries",
+                "gauge",
+                "Refusals held by the deny cache.",
+                deny as u64,
+            ),
+            (
+                "sluice_lease_spent_total",
+                "counter",
+                "Requests admitted from leased units, without a store call.",
+                t.lease_spent,
+            ),
+            (
+                "sluice_lease_blocked_total",
+                "counter",
+                "Requests refused while a refused lease call waits for its retry time.",
+                t.lease_blocked,
+            ),
+            (
+                "sluice_lease_calls_total",
+                "counter",
+                "Lease calls sent to the store.",
+                t.lease_calls,
+            ),
+            (
+                "sluice_leased_units_total",
+                "counter",
+                "Units taken from the store by lease calls.",
+                t.leased_units,
+            ),
+            (
+                "sluice_lease_returned_units_total",
+                "counter",
+                "Leased units given back to the store unspent.",
+                t.returned_units,
+            ),
+            (
+                "sluice_lease_expired_units_total",
+                "counter",
+                "Leased units that expired unspent with their window.",
+                t.expired_units,
+            ),
+            ("sluice_leases", "gauge", "Leases held.", leases as u64),
+            (
+                "sluice_lease_give_back_failures_total",
+                "counter",
+                "Give-backs the store did not take (error or deadline).",
+                self.give_back_failures.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, kind, help, v) in series {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        }
+    }
+}
