@@ -1,5 +1,5 @@
-//! The engine's store guard: the circuit breaker per shard, the local fallback, and what a
-//! bug or a cancelled check does to them. Driven in-process against a scripted store whose
+//! The engine's store guard: the circuit breaker per shard, the local fallback, the hot-key
+//! layer's answers through an outage, and what a bug or a cancelled check does to them. Driven in-process against a scripted store whose
 //! answers the test sets per identity, so every path is reached on purpose.
 
 use sluice_control::Published;
@@ -357,4 +357,73 @@ async fn a_failed_release_is_counted() {
         assert_eq!(e.release("d", d("bad"), "r1").await.expect("release"), 0);
     }
     assert_eq!(e.metrics.release_failures.load(Ordering::Relaxed), 3);
+}
+
+const HOT_RULES: &str = "domain: d
+rules:
+  - { id: leased, match: { route: leased }, key: [k], algorithm: fixed_window, limit: 100, window: 1h, on_store_failure: closed, hot_keys: { lease: 10 } }
+  - { id: refused, match: { route: refused }, key: [k], algorithm: fixed_window, limit: 1, window: 1h, on_store_failure: open }
+";
+
+fn hot_engine(store: Arc<Scripted>, clock: Arc<ManualClock>) -> Engine {
+    let mut e = Engine::new(
+        Published::new(parse_yaml(HOT_RULES).expect("valid rules")),
+        store,
+        Arc::new(Metrics::default()),
+        500,
+        Duration::from_secs(30),
+        "t".into(),
+        breaker(SECOND),
+    )
+    .with_clock(clock);
+    e.hot = Some(Arc::new(sluiced::hot::HotKeys::new(1_000, 100)));
+    e
+}
+
+/// Leased units keep serving while the store is down; once they are spent the rule's
+/// failure mode answers.
+#[tokio::test]
+async fn leased_units_serve_through_an_outage() {
+    let store = Scripted::new();
+    let clock = Arc::new(ManualClock::new(3_600 * SECOND));
+    let e = hot_engine(store.clone(), clock);
+    assert_eq!(check(&e, "leased", "a").await.code, Code::Ok);
+    assert_eq!(store.received(), 1, "one lease call of 10");
+    store.set("a", Act::Fail(unavailable()));
+    for i in 0..9 {
+        let d = check(&e, "leased", "a").await;
+        assert_eq!(d.code, Code::Ok, "request {i} of the lease");
+        assert_eq!(d.policies[0].via, Via::Store);
+    }
+    assert_eq!(store.received(), 1, "the lease answered without the store");
+    let d = check(&e, "leased", "a").await;
+    assert_eq!(
+        d.code,
+        Code::Unavailable,
+        "lease spent: on_store_failure closed"
+    );
+}
+
+/// A cached refusal keeps refusing while the store is down, until its retry time (at most a
+/// second); then the rule's failure mode decides.
+#[tokio::test]
+async fn cached_refusals_hold_through_an_outage_until_they_expire() {
+    let store = Scripted::new();
+    let clock = Arc::new(ManualClock::new(3_600 * SECOND));
+    let e = hot_engine(store.clone(), clock.clone());
+    assert_eq!(check(&e, "refused", "b").await.code, Code::Ok);
+    assert_eq!(check(&e, "refused", "b").await.code, Code::OverLimit);
+    store.set("b", Act::Fail(unavailable()));
+    let calls = store.received();
+    clock.advance(SECOND - 1);
+    assert_eq!(check(&e, "refused", "b").await.code, Code::OverLimit);
+    assert_eq!(store.received(), calls, "refused from the cache");
+    clock.advance(1);
+    let d = check(&e, "refused", "b").await;
+    assert_eq!(
+        store.received(),
+        calls + 1,
+        "asked the store once the entry expired"
+    );
+    assert_eq!((d.code, d.policies[0].via), (Code::Ok, Via::FailedOpen));
 }
