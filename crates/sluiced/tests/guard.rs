@@ -1,6 +1,7 @@
 //! The engine's store guard: the circuit breaker per shard, the local fallback, the hot-key
-//! layer's answers through an outage, and what a bug or a cancelled check does to them. Driven in-process against a scripted store whose
-//! answers the test sets per identity, so every path is reached on purpose.
+//! layer's answers through an outage, and what a bug or a cancelled check does to them.
+//! Driven in-process against a scripted store whose answers the test sets per identity, so
+//! every path is reached on purpose.
 
 use sluice_control::Published;
 use sluice_core::breaker::BreakerConfig;
