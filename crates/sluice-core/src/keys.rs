@@ -7,6 +7,13 @@
 //! bucket's one integer and a GCRA's look alike) and never an error; it expires on its own.
 //! The same holds across regions: a figure shipped for one algorithm is never merged into
 //! another's.
+//!
+//! A rule with `hot_keys.split: N` counts one identity under N sub-counts, each with a hash
+//! tag of its own so they land on different slots: the identity followed by `|#<part>`
+//! ([`sub_identity`]), e.g. `sl:{api|api_key=k1|#3}:f:per-min`. Nothing else can end that
+//! way: an identity is `domain|name=value|...` with `% { } | =` escaped in the domain and the
+//! values, and descriptor names are `[A-Za-z0-9_.-]`, so a `|` is always followed by a name
+//! and never by `#`.
 
 use crate::algo::Kind;
 
@@ -58,6 +65,32 @@ pub fn store_key(identity: &str, rule_id: &str, kind: Kind) -> String {
     k
 }
 
+/// Marks a sub-count's part in its identity (`|#<part>`).
+const PART: &str = "|#";
+
+/// The identity (and hash tag) of sub-count `part` of a split rule's `identity`.
+pub fn sub_identity(identity: &str, part: u32) -> String {
+    let mut s = String::with_capacity(identity.len() + 4);
+    s.push_str(identity);
+    s.push_str(PART);
+    s.push_str(itoa::Buffer::new().format(part));
+    s
+}
+
+/// The inverse of [`sub_identity`]: the identity and the part, or the identity whole and
+/// `None` when it is no sub-count's.
+pub fn split_identity(identity: &str) -> (&str, Option<u32>) {
+    if let Some((base, part)) = identity.rsplit_once(PART)
+        && !part.is_empty()
+        && part.bytes().all(|b| b.is_ascii_digit())
+        && (part == "0" || !part.starts_with('0'))
+        && let Ok(n) = part.parse()
+    {
+        return (base, Some(n));
+    }
+    (identity, None)
+}
+
 /// The inverse of [`store_key`]; `None` for anything it does not make. Neither identities
 /// (escaped) nor rule ids (validated) hold a `}`, so the first `}:` ends the tag.
 pub fn parse(key: &str) -> Option<KeyParts<'_>> {
@@ -107,6 +140,32 @@ mod tests {
             KINDS.iter().map(|&k| store_key("a", "r", k)).collect();
         assert_eq!(all.len(), KINDS.len());
         assert_eq!(store_key("a", "r", Kind::Gcra), "sl:{a}:g:r");
+    }
+
+    #[test]
+    fn sub_counts_have_their_own_hash_tags_and_parse_back() {
+        let base = "api|api_key=k%7C#1";
+        let subs: std::collections::BTreeSet<String> = (0..64)
+            .map(|p| store_key(&sub_identity(base, p), "r", Kind::FixedWindow))
+            .collect();
+        assert_eq!(subs.len(), 64);
+        assert_eq!(
+            store_key(&sub_identity(base, 3), "r", Kind::FixedWindow),
+            "sl:{api|api_key=k%7C#1|#3}:f:r"
+        );
+        for p in [0, 7, 63, u32::MAX] {
+            let key = store_key(&sub_identity(base, p), "r", Kind::Gcra);
+            let parts = parse(&key).expect("parses");
+            assert_eq!(split_identity(parts.identity), (base, Some(p)));
+        }
+        // Identities of unsplit rules are whole, whatever their values hold (escaped).
+        for id in ["api", "api|k=v", "api|k=#3", "api|k=v%7C#3", "api|k=v|x=#1"] {
+            assert_eq!(split_identity(id), (id, None), "{id}");
+        }
+        // Only what sub_identity makes reads as a part.
+        for id in ["api|#", "api|#x", "api|#01", "api|#-1", "api|#99999999999"] {
+            assert_eq!(split_identity(id).1, None, "{id}");
+        }
     }
 
     #[test]
