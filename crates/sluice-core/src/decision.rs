@@ -173,6 +173,11 @@ pub struct Plan<'a> {
 
 /// Matches the request and groups the rules into one call per identity.
 ///
+/// A rule with `hot_keys.split: N` counts under the sub-count `request_id` picks
+/// ([`crate::hotkeys::split`]): its identity is the sub-count's, so it gets a call of its own
+/// (shared only with split rules of the same identity that picked the same part), and
+/// "check all, then take all" no longer spans it and the identity's other rules.
+///
 /// `remote` supplies other regions' counts for global rules (the merge layer); region rules
 /// get none.
 pub fn plan<'a>(
@@ -183,7 +188,10 @@ pub fn plan<'a>(
     request_id: &str,
     mut remote: impl FnMut(&Applied<'a>) -> Remote,
 ) -> Plan<'a> {
-    let applied = applicable(domain, d);
+    let mut applied = applicable(domain, d);
+    for a in &mut applied {
+        crate::hotkeys::split::apply(a, request_id);
+    }
     let mut calls: Vec<PlannedCall> = Vec::new();
     for (i, a) in applied.iter().enumerate() {
         let item = Item {
@@ -302,7 +310,7 @@ impl Plan<'_> {
                     }
                     continue;
                 }
-                let status = match outcome {
+                let mut status = match outcome {
                     Some(o) => status(rule.id.clone(), &o, rule.headers, via),
                     None => {
                         let limit = a.params.limit();
@@ -321,6 +329,13 @@ impl Plan<'_> {
                         }
                     }
                 };
+                if let Some(sp) = &a.split {
+                    // A sub-count's figures scaled to the whole rule, which is what the
+                    // client's quota is.
+                    status.remaining = sp.remaining(status.remaining, status.limit);
+                    status.limit = sp.limit;
+                    status.window_s = ceil_secs(sp.window).max(1);
+                }
                 if !status.allowed
                     && status.via != Via::FailedClosed
                     && longest

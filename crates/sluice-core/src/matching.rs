@@ -158,6 +158,10 @@ pub struct Applied<'a> {
     pub identity: String,
     /// The store key.
     pub key: String,
+    /// The sub-count of a split rule ([`crate::hotkeys::split`]): then `identity`, `key` and
+    /// `params` are the sub-count's. Set by [`crate::decision::plan`], never by
+    /// [`applicable`].
+    pub split: Option<crate::hotkeys::split::Split>,
 }
 
 /// Escapes what would end a hash tag or blur the identity's structure.
@@ -304,6 +308,7 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
             params,
             identity,
             key,
+            split: None,
         });
     }
     out

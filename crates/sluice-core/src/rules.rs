@@ -883,12 +883,13 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
     })
 }
 
-/// The `hot_keys` block: `deny_cache: bool`, `lease: off | auto | N`.
+/// The `hot_keys` block: `deny_cache: bool`, `lease: off | auto | N`, `split: N`.
 fn hot_keys_block(
     f: &mut Fields<'_>,
     v: Option<&Value>,
     params: Option<&Params>,
 ) -> Option<crate::hotkeys::HotKeys> {
+    use crate::hotkeys::split::{self, MAX_SPLIT, split_refusal};
     use crate::hotkeys::{HotKeys, LeaseMode, lease_refusal};
     let mut hk = HotKeys::default();
     let Some(v) = v else { return Some(hk) };
@@ -922,10 +923,23 @@ fn hot_keys_block(
                 );
                 ok = false;
             }
+            ("split", Value::Number(n))
+                if n.as_u64()
+                    .is_some_and(|n| (1..=u64::from(MAX_SPLIT)).contains(&n)) =>
+            {
+                hk.split = n.as_u64().map_or(1, |n| n as u32);
+            }
+            ("split", other) => {
+                f.bad(
+                    "hot_keys.split",
+                    format!("expected a number of sub-counts from 1 to {MAX_SPLIT}, got {other}"),
+                );
+                ok = false;
+            }
             (other, _) => {
                 f.bad(
                     &format!("hot_keys.{other}"),
-                    "unknown field (deny_cache | lease)",
+                    "unknown field (deny_cache | lease | split)",
                 );
                 ok = false;
             }
@@ -941,16 +955,52 @@ fn hot_keys_block(
             );
             ok = false;
         } else if let LeaseMode::Batch(n) = hk.lease
-            && n > p.limit()
+            && n > split::smallest_capacity(p, hk.split)
         {
+            let what = if hk.split > 1 {
+                format!(
+                    "the smallest sub-count's capacity of {} split {} ways",
+                    p.limit(),
+                    hk.split
+                )
+            } else {
+                "the rule's capacity".to_string()
+            };
             f.bad(
                 "hot_keys.lease",
-                format!("a batch of {n} is more than the rule's capacity ({}): it could never be granted", p.limit()),
+                format!(
+                    "a batch of {n} is more than {what} ({}): it could never be granted",
+                    split::smallest_capacity(p, hk.split)
+                ),
             );
             ok = false;
         }
     }
+    if hk.split > 1
+        && let Some(p) = params
+    {
+        if let Some(why) = split_refusal(p.kind()) {
+            f.bad(
+                "hot_keys.split",
+                format!("not defined for {}: {why}", p.kind().name()),
+            );
+            ok = false;
+        } else if let Some(problem) = split_leaves_zero(p, hk.split) {
+            f.bad("hot_keys.split", problem);
+            ok = false;
+        }
+    }
     ok.then_some(hk)
+}
+
+/// Why splitting `params` `of` ways leaves a sub-count with 0 of a number, or `None`.
+fn split_leaves_zero(params: &Params, of: u32) -> Option<String> {
+    let (name, v) = crate::hotkeys::split::numbers(params)
+        .into_iter()
+        .find(|&(_, v)| v < u64::from(of))?;
+    Some(format!(
+        "{of} sub-counts need {name} of at least {of}, got {v}: a sub-count would have 0"
+    ))
 }
 
 fn override_(
@@ -1030,6 +1080,24 @@ fn override_(
                     f.bad(
                         "rate_per_s",
                         format!("rule {} is a {} (use limit)", r.id, r.params.kind().name()),
+                    );
+                }
+                let split = r.hot_keys.split;
+                let ours = Override {
+                    identity: BTreeMap::new(),
+                    rule: None,
+                    exempt: false,
+                    limit,
+                    rate_per_s,
+                    burst,
+                    source: Value::Null,
+                };
+                if split > 1
+                    && let Some(problem) = split_leaves_zero(&ours.apply(&r.params), split)
+                {
+                    f.bad(
+                        if bucket { "rate_per_s" } else { "limit" },
+                        format!("rule {} is split (hot_keys.split): {problem}", r.id),
                     );
                 }
             }

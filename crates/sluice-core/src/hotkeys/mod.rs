@@ -11,7 +11,11 @@
 //! - **token leasing** ([`lease`]): one store call takes a batch of units (the same atomic
 //!   check, cost = batch) and the daemon spends them itself; what is left goes back to the
 //!   store when the key goes quiet, on a rule change or at shutdown. With `lease: auto` a
-//!   count-min sketch ([`detect`]) puts only keys above a rate on that path.
+//!   count-min sketch ([`detect`]) puts only keys above a rate on that path;
+//! - **key splitting** ([`split`]): one identity counted under N sub-counts on N hash tags,
+//!   one picked per request, so a key's store calls spread over the cluster's shards. It
+//!   acts at planning ([`crate::decision::plan`]): a split rule's sub-count is a store call
+//!   of its own, which the two tools above then treat like any other.
 //!
 //! [`route`](Layer::route) says, per planned store call, whether the daemon answers it
 //! itself, sends it as planned, or sends a lease call; [`answered`](Layer::answered) takes
@@ -20,11 +24,15 @@
 //! # Layout
 //!
 //! - this file: the rule block ([`HotKeys`]), the per-call policy and [`Layer`];
-//! - [`deny`]: the deny cache; [`lease`]: leases and give-backs; [`detect`]: the sketch.
+//! - [`deny`]: the deny cache; [`lease`]: leases and give-backs; [`detect`]: the sketch;
+//!   [`split`]: sub-counts, their shares and the pick.
 
 pub mod deny;
 pub mod detect;
 pub mod lease;
+pub mod split;
+#[cfg(test)]
+mod split_tests;
 #[cfg(test)]
 mod tests;
 
@@ -56,6 +64,8 @@ pub struct HotKeys {
     pub deny_cache: bool,
     /// Token leasing.
     pub lease: LeaseMode,
+    /// Sub-counts per identity (1: not split), at most [`split::MAX_SPLIT`].
+    pub split: u32,
 }
 
 impl Default for HotKeys {
@@ -63,6 +73,7 @@ impl Default for HotKeys {
         HotKeys {
             deny_cache: true,
             lease: LeaseMode::Off,
+            split: 1,
         }
     }
 }
