@@ -94,6 +94,16 @@ impl StoreError {
     }
 }
 
+/// A give-back for an algorithm no lease can be taken from: the caller's mistake, permanent
+/// (every store refuses it alike).
+pub(crate) fn not_leasable(g: &GiveBack) -> StoreError {
+    StoreError::Server(format!(
+        "give-back to {}: {} cannot be leased",
+        g.key,
+        g.params.kind().name()
+    ))
+}
+
 /// What became of store calls whose callers had already given up (a deadline passed), and
 /// of calls refused as stale while their callers still waited. All zero for a store that
 /// answers in the caller's own task (memory). See `redis/stale.rs`.

@@ -196,15 +196,6 @@ pub struct MemoryStore {
     visited: AtomicU64,
 }
 
-/// A give-back for an algorithm no lease can be taken from: the caller's mistake, permanent.
-pub(crate) fn not_leasable(g: &GiveBack) -> StoreError {
-    StoreError::Server(format!(
-        "give-back to {}: {} cannot be leased",
-        g.key,
-        g.params.kind().name()
-    ))
-}
-
 /// The hash tag of a key (`sl:{tag}:rule` → `tag`), or the whole key.
 fn tag(key: &str) -> &str {
     // Redis Cluster's rule: the first `{`, then the first `}` after it, non-empty between.
@@ -379,7 +370,7 @@ impl MemoryStore {
     pub fn give_back_sync(&self, g: &GiveBack) -> Result<bool, StoreError> {
         let kind = g.params.kind();
         if !kind.leasable() {
-            return Err(not_leasable(g));
+            return Err(crate::not_leasable(g));
         }
         let mut shard = Self::lock(self.shard(&g.key));
         let map = &mut shard.map;

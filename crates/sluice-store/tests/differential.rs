@@ -2,7 +2,9 @@
 //!
 //! Seeded random sequences of (time step, cost, request id, remote counts, parameter change)
 //! run through `sluice_core::batch::apply` over a map of states and through the script, with
-//! the store's own encoder and decoder. After every call the outcomes must be identical field
+//! the store's own encoder and decoder, interleaved with give-backs of leased units
+//! (`GiveBack::write` against `lua/give_back.lua`: whether it wrote, the TTL and the state
+//! must agree too). After every call the outcomes must be identical field
 //! by field, the TTL the script set must be the TTL `take` returned (in ms, rounded up), and
 //! the state stored in Redis must decode to the core's state. Every algorithm alone, calls
 //! mixing algorithms with shadow and charge_rejected flags, calendar windows, and (for the
@@ -19,10 +21,13 @@ mod common;
 use common::{Rng, redis, sync_conn};
 use redis::Value;
 use sluice_core::algo::{Calendar, CalendarUnit, Window};
-use sluice_core::batch::{Call, CallResult, Item, Write, apply};
+use sluice_core::batch::{Call, CallResult, GiveBack, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
-use sluice_store::redis::{CHECK_SCRIPT, decode_check, encode_check, item_keys, script_sha};
+use sluice_store::redis::{
+    CHECK_SCRIPT, GIVE_BACK_SCRIPT, decode_check, decode_give_back, encode_check, encode_give_back,
+    item_keys, script_sha,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Alg {
@@ -276,6 +281,10 @@ struct Tally {
     calls: u64,
     item_checks: u64,
     refused: u64,
+    /// Give-backs that wrote (or deleted) and that found nothing to give back to, per
+    /// algorithm (in `ALL`'s order).
+    gave_back: [u64; 7],
+    gave_nothing: [u64; 7],
     by_alg: [u64; 7],
     /// Token bucket states stored as one integer (the normalized form) and with fields.
     tb_forms: [u64; 2],
@@ -310,9 +319,132 @@ fn run_script(conn: &mut redis::Connection, sha: &str, call: &Call) -> (CallResu
     (result, pttls)
 }
 
-fn run_sequence(
+/// Runs one give-back through `give_back.lua` (in MULTI/EXEC with PTTL and PERSIST of its
+/// key, as `run_script`) and returns whether it wrote and the key's PTTL.
+fn run_give_back(conn: &mut redis::Connection, sha: &str, g: &GiveBack) -> (bool, i64) {
+    let enc = encode_give_back(g).expect("an encodable give-back");
+    assert_eq!(enc.keys.len(), 1, "{enc:?}");
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    pipe.cmd("EVALSHA")
+        .arg(sha)
+        .arg(1)
+        .arg(&enc.keys)
+        .arg(&enc.args);
+    pipe.cmd("PTTL").arg(&enc.keys[0]);
+    pipe.cmd("PERSIST").arg(&enc.keys[0]).ignore();
+    let vals: Vec<Value> = pipe.query(conn).expect("MULTI/EXEC with give_back.lua");
+    let wrote = decode_give_back(&vals[0]).expect("a 0 or 1 reply");
+    let pttl = match &vals[1] {
+        Value::Int(n) => *n,
+        other => panic!("PTTL answered {other:?}"),
+    };
+    (wrote, pttl)
+}
+
+/// A PTTL read after a write against the core's TTL: the TTL in ms, rounded up, at least 1;
+/// a state that carries nothing (TTL 0) is deleted.
+fn ttl_matches(pttl: i64, ttl: Micros) -> bool {
+    if ttl == 0 {
+        return pttl == -2;
+    }
+    let expected = ttl.div_ceil(MILLI).max(1) as i64;
+    pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0)
+}
+
+/// Units a give-back returns: mostly a lease's size, sometimes more than was ever taken,
+/// now and then the largest a store accepts.
+fn units(rng: &mut Rng) -> u64 {
+    match rng.range(0, 99) {
+        0..=4 => 0,
+        5..=69 => rng.range(1, 10),
+        70..=94 => rng.range(10, 200),
+        _ => rng.range(1, sluice_core::algo::MAX_LIMIT),
+    }
+}
+
+/// Which algorithms can be leased (and so given back to).
+fn leasable(alg: Alg) -> bool {
+    matches!(
+        alg,
+        Alg::Tb | Alg::Gcra | Alg::Fw | Alg::FwCalendar | Alg::Sw
+    )
+}
+
+/// Gives back to one leasable item of the sequence, if it has one, and compares the core
+/// and the script: whether it wrote, the TTL, the state after.
+#[allow(clippy::too_many_arguments)]
+fn give_back_step(
     conn: &mut redis::Connection,
     sha: &str,
+    rng: &mut Rng,
+    items: &[Item],
+    states: &mut [Option<State>],
+    history: &[Micros],
+    now: Micros,
+    ctx: &str,
+    tally: &mut Tally,
+) {
+    let candidates: Vec<usize> = (0..items.len())
+        .filter(|&i| leasable(alg_of(&items[i].params)))
+        .collect();
+    if candidates.is_empty() {
+        return;
+    }
+    let i = candidates[rng.range(0, candidates.len() as u64 - 1) as usize];
+    let item = &items[i];
+    let taken_at = match rng.range(0, 9) {
+        0..=4 => now,
+        5..=7 => history[rng.range(0, history.len() as u64 - 1) as usize],
+        _ => now.saturating_sub(rng.range(0, 10 * SECOND)),
+    };
+    let g = GiveBack {
+        key: item.key.clone(),
+        params: item.params.clone(),
+        units: units(rng),
+        taken_at,
+        now,
+    };
+    let before = states[i].clone();
+    let want = g.write(before.as_ref());
+    let (wrote, pttl) = run_give_back(conn, sha, &g);
+    let ctx = || {
+        format!(
+            "{ctx}
+give-back: {g:#?}
+state before: {before:#?}
+core: {want:#?}"
+        )
+    };
+    assert_eq!(wrote, matches!(want, Write::Put(..)), "wrote? {}", ctx());
+    let a = ALL
+        .iter()
+        .position(|x| *x == alg_of(&item.params))
+        .unwrap_or(0);
+    match want.clone() {
+        Write::Put(st, ttl) => {
+            assert!(
+                ttl_matches(pttl, ttl),
+                "TTL after a give-back: {pttl} ms, core says {ttl} µs: {}",
+                ctx()
+            );
+            states[i] = (ttl > 0).then_some(st);
+            tally.gave_back[a] += 1;
+        }
+        Write::Keep => tally.gave_nothing[a] += 1,
+    }
+    let (in_redis, in_core) = stored_vs_model(conn, item, states[i].as_ref(), now);
+    assert_eq!(
+        in_redis,
+        in_core,
+        "stored state after a give-back: {}",
+        ctx()
+    );
+}
+
+fn run_sequence(
+    conn: &mut redis::Connection,
+    (sha, gsha): (&str, &str),
     seed: u64,
     algs: &[Alg],
     skew: bool,
@@ -338,6 +470,8 @@ fn run_sequence(
     let mut states: Vec<Option<State>> = vec![None; items.len()];
     let mut now: Micros = 1_700_000_000 * SECOND + rng.range(0, 86_400 * SECOND);
     let steps = rng.range(20, 60);
+    // Times of earlier calls: when a give-back's units may have been taken.
+    let mut history: Vec<Micros> = Vec::with_capacity(steps as usize);
     for step in 0..steps {
         if skew && rng.chance(25) {
             now -= rng.range(0, 5_000).min(now);
@@ -398,17 +532,12 @@ fn run_sequence(
         for (item, w) in call.items.iter().zip(&writes) {
             if let Write::Put(_, ttl) = w {
                 let pttl = pttls[k];
-                if *ttl == 0 {
-                    assert_eq!(pttl, -2, "{} must be deleted: {}", item.key, ctx());
-                } else {
-                    let expected = ttl.div_ceil(MILLI).max(1) as i64;
-                    assert!(
-                        pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0),
-                        "TTL of {}: {pttl} ms, core says {ttl} µs: {}",
-                        item.key,
-                        ctx()
-                    );
-                }
+                assert!(
+                    ttl_matches(pttl, *ttl),
+                    "TTL of {}: {pttl} ms, core says {ttl} µs (0: deleted): {}",
+                    item.key,
+                    ctx()
+                );
             }
             k += item_keys(item, now).len();
         }
@@ -440,6 +569,23 @@ fn run_sequence(
         tally.calls += 1;
         tally.item_checks += call.items.len() as u64;
         tally.refused += u64::from(!want.allowed);
+        history.push(now);
+        // Units leased by a check like this one, given back now and then (the call's own
+        // now, an earlier call's, or some time ago).
+        while rng.chance(30) {
+            let ctx = format!("seed {seed} step {step}");
+            give_back_step(
+                conn,
+                gsha,
+                &mut rng,
+                &call.items,
+                &mut states,
+                &history,
+                now,
+                &ctx,
+                tally,
+            );
+        }
     }
     tally.sequences += 1;
 }
@@ -454,12 +600,17 @@ fn seeds(base: u64, n: u64) -> Vec<u64> {
 /// A connection to `server` with `check.lua` loaded, and the script's SHA.
 fn script_loaded(server: &sluice_testkit::RedisServer) -> (redis::Connection, String) {
     let mut conn = sync_conn(&server.url());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SCRIPT)
-        .query(&mut conn)
-        .expect("SCRIPT LOAD");
+    let sha = load(&mut conn, CHECK_SCRIPT);
     (conn, sha)
+}
+
+/// `SCRIPT LOAD`s a script, answering its SHA.
+fn load(conn: &mut redis::Connection, body: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(body)
+        .query(conn)
+        .expect("SCRIPT LOAD")
 }
 
 /// A shared bucket's `used` stops at 2^53 − 1 alike (the sequences never get near it): Lua
@@ -539,26 +690,28 @@ fn lua_and_rust_agree_on_random_sequences() {
     let server = redis();
     let (mut conn, sha) = script_loaded(&server);
     assert_eq!(sha, script_sha(CHECK_SCRIPT));
+    let gsha = load(&mut conn, GIVE_BACK_SCRIPT);
+    let shas = (sha.as_str(), gsha.as_str());
     let mut tally = Tally::default();
 
     // Every algorithm alone, time moving forward.
     for seed in seeds(1_000, 420) {
         let alg = ALL[(seed % ALL.len() as u64) as usize];
-        run_sequence(&mut conn, &sha, seed, &[alg], false, &mut tally);
+        run_sequence(&mut conn, shas, seed, &[alg], false, &mut tally);
     }
     // Calls mixing two to four algorithms, with shadow and charge_rejected items.
     for seed in seeds(20_000, 150) {
         let mut rng = Rng::new(seed ^ 0xA5A5);
         let n = rng.range(2, 4);
         let algs: Vec<Alg> = (0..n).map(|_| ALL[rng.range(0, 6) as usize]).collect();
-        run_sequence(&mut conn, &sha, seed, &algs, false, &mut tally);
+        run_sequence(&mut conn, shas, seed, &algs, false, &mut tally);
     }
     // Clocks stepping back (another daemon behind), where the core clamps time.
     for seed in seeds(40_000, 80) {
         let mut rng = Rng::new(seed ^ 0x5A5A);
         let n = rng.range(1, 3);
         let algs: Vec<Alg> = (0..n).map(|_| CLAMPED[rng.range(0, 3) as usize]).collect();
-        run_sequence(&mut conn, &sha, seed, &algs, true, &mut tally);
+        run_sequence(&mut conn, shas, seed, &algs, true, &mut tally);
     }
     eprintln!("differential: {tally:?}");
     if std::env::var("SLUICE_DIFF_SEED").is_err() {
@@ -570,5 +723,12 @@ fn lua_and_rust_agree_on_random_sequences() {
         assert!(tally.by_alg.iter().all(|n| *n > 1_000), "{tally:?}");
         // Both ways a bucket is stored were compared, many times each.
         assert!(tally.tb_forms.iter().all(|n| *n > 200), "{tally:?}");
+        // Every leasable algorithm was given back to, with and without effect.
+        for (i, alg) in ALL.iter().enumerate() {
+            if leasable(*alg) {
+                assert!(tally.gave_back[i] > 100, "{alg:?}: {tally:?}");
+                assert!(tally.gave_nothing[i] > 20, "{alg:?}: {tally:?}");
+            }
+        }
     }
 }

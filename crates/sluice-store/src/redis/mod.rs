@@ -30,7 +30,8 @@ mod standalone;
 
 pub use cluster::RedisClusterStore;
 pub use script::{
-    CHECK_SCRIPT, RELEASE_SCRIPT, ScriptCall, decode_check, encode_check, item_keys, script_sha,
+    CHECK_SCRIPT, GIVE_BACK_SCRIPT, RELEASE_SCRIPT, ScriptCall, decode_check, decode_give_back,
+    encode_check, encode_give_back, item_keys, script_sha,
 };
 pub use slot::key_slot;
 pub use standalone::RedisStore;

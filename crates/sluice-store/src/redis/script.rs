@@ -6,13 +6,15 @@
 
 use crate::StoreError;
 use sluice_core::algo::Kind;
-use sluice_core::batch::{Call, CallResult, Item};
+use sluice_core::batch::{Call, CallResult, GiveBack, Item};
 use sluice_core::{Micros, Outcome, Params, State};
 
 /// `lua/check.lua`: `batch::apply` and every algorithm, one call per identity.
 pub const CHECK_SCRIPT: &str = include_str!("../../../../lua/check.lua");
 /// `lua/release.lua`: frees a concurrency slot.
 pub const RELEASE_SCRIPT: &str = include_str!("../../../../lua/release.lua");
+/// `lua/give_back.lua`: gives back units a lease did not spend (`algo::give_back`).
+pub const GIVE_BACK_SCRIPT: &str = include_str!("../../../../lua/give_back.lua");
 
 /// Outcome fields per item in the reply.
 const OUT: usize = 7;
@@ -70,15 +72,20 @@ pub fn item_keys(item: &Item, now: Micros) -> Vec<String> {
 
 /// [`item_keys`] appended to `keys`: one allocation per key, none for a vector per item.
 fn push_item_keys(item: &Item, now: Micros, keys: &mut Vec<String>) {
+    push_keys(&item.key, &item.params, now, keys);
+}
+
+/// The Redis keys of the rule key `key` with `params` at `now` (see [`item_keys`]).
+fn push_keys(key: &str, params: &Params, now: Micros, keys: &mut Vec<String>) {
     // `<key>:<window start>`
     let suffixed = |n: i128| {
-        let mut k = String::with_capacity(item.key.len() + 21);
-        k.push_str(&item.key);
+        let mut k = String::with_capacity(key.len() + 21);
+        k.push_str(key);
         k.push(':');
         k.push_str(itoa::Buffer::new().format(n));
         k
     };
-    match &item.params {
+    match params {
         Params::FixedWindow { window, .. } => {
             let (start, _) = window.bounds(now);
             keys.push(suffixed(i128::from(start)));
@@ -89,7 +96,7 @@ fn push_item_keys(item: &Item, now: Micros, keys: &mut Vec<String>) {
             keys.push(suffixed(i128::from(start)));
             keys.push(suffixed(i128::from(start) - i128::from(*window)));
         }
-        _ => keys.push(item.key.clone()),
+        _ => keys.push(key.to_string()),
     }
 }
 
@@ -199,6 +206,83 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
         ));
     }
     Ok(ScriptCall { keys, args })
+}
+
+/// Encodes a give-back for `lua/give_back.lua`: KEYS is the one key holding the state at
+/// `now` (a window's counter of the window holding `now`; a sliding window's previous counter
+/// is never touched); ARGV is `"code p1 p2 wstart wend"` (check.lua's numbers and the bounds
+/// of the window holding `now`) and `"units taken_at now tstart"` (`tstart`: the start of
+/// the window holding `taken_at`; calendar maths is Rust's, as for a check).
+///
+/// Refuses an algorithm that cannot be leased, and numbers the script cannot hold exactly:
+/// `units` above [`sluice_core::algo::MAX_LIMIT`] (as a cost), times above 2^53.
+pub fn encode_give_back(g: &GiveBack) -> Result<ScriptCall, StoreError> {
+    if !g.params.kind().leasable() {
+        return Err(crate::not_leasable(g));
+    }
+    if g.units > sluice_core::algo::MAX_LIMIT {
+        return Err(StoreError::Server(format!(
+            "give-back of {} units is above the largest limit {}",
+            g.units,
+            sluice_core::algo::MAX_LIMIT
+        )));
+    }
+    let now = exact("now", g.now)?;
+    let taken_at = exact("taken_at", g.taken_at)?;
+    let (p1, p2, wstart, wend, tstart) = match &g.params {
+        Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
+            (*rate_per_s, *burst, 0, 0, 0)
+        }
+        Params::FixedWindow { limit, window } => {
+            let (s, e) = window.bounds(now);
+            (*limit, window.nominal(), s, e, window.bounds(taken_at).0)
+        }
+        Params::SlidingWindow { limit, window } => {
+            let s = sliding_start(now, *window);
+            (
+                *limit,
+                *window,
+                s,
+                s + window,
+                sliding_start(taken_at, *window),
+            )
+        }
+        Params::SlidingLog { .. } | Params::Concurrency { .. } => {
+            return Err(crate::not_leasable(g));
+        }
+    };
+    let mut keys = Vec::with_capacity(2);
+    push_keys(&g.key, &g.params, now, &mut keys);
+    // Only the current window's counter: a count that became the previous window's weight
+    // has nothing to give back to.
+    keys.truncate(1);
+    let args = vec![
+        joined(
+            &[
+                code(g.params.kind()),
+                exact("parameter", p1)?,
+                exact("parameter", p2)?,
+                exact("window start", wstart)?,
+                exact("window end", wend)?,
+            ],
+            48,
+        ),
+        joined(
+            &[g.units, taken_at, now, exact("window start", tstart)?],
+            48,
+        ),
+    ];
+    Ok(ScriptCall { keys, args })
+}
+
+/// Decodes `lua/give_back.lua`'s reply: whether it wrote.
+pub fn decode_give_back(reply: &redis::Value) -> Result<bool, StoreError> {
+    match int(reply) {
+        Some(n @ (0 | 1)) => Ok(n == 1),
+        _ => Err(StoreError::Server(format!(
+            "unexpected reply from give_back.lua: {reply:?}"
+        ))),
+    }
 }
 
 fn int(v: &redis::Value) -> Option<u64> {
@@ -374,6 +458,73 @@ mod tests {
             burst: 1,
         });
         assert_eq!(item_keys(&tb, now), vec!["sl:{d|k=v}:r".to_string()]);
+    }
+
+    #[test]
+    fn a_give_back_names_the_window_of_now_and_the_window_of_taken_at() {
+        let now = 1_700_000_061 * SECOND;
+        let g = |params: Params, taken_at: Micros| GiveBack {
+            key: "sl:{d|k=v}:r".into(),
+            params,
+            units: 7,
+            taken_at,
+            now,
+        };
+        let fw = g(
+            Params::FixedWindow {
+                limit: 100,
+                window: Window::Epoch(60 * SECOND),
+            },
+            now - 30 * SECOND,
+        );
+        let enc = encode_give_back(&fw).expect("encodable");
+        let start = 1_700_000_040 * SECOND;
+        assert_eq!(enc.keys, vec![format!("sl:{{d|k=v}}:r:{start}")]);
+        assert_eq!(
+            enc.args,
+            vec![
+                format!("3 100 {} {start} {}", 60 * SECOND, start + 60 * SECOND),
+                format!("7 {} {now} {}", now - 30 * SECOND, 1_699_999_980 * SECOND),
+            ]
+        );
+        // A sliding window: the current window's counter only.
+        let sw = g(
+            Params::SlidingWindow {
+                limit: 10,
+                window: 60 * SECOND,
+            },
+            now,
+        );
+        assert_eq!(encode_give_back(&sw).expect("encodable").keys.len(), 1);
+        let tb = g(
+            Params::TokenBucket {
+                rate_per_s: 5,
+                burst: 9,
+            },
+            now,
+        );
+        let enc = encode_give_back(&tb).expect("encodable");
+        assert_eq!(enc.keys, vec!["sl:{d|k=v}:r".to_string()]);
+        assert_eq!(enc.args[0], "1 5 9 0 0");
+        // Refused, not sent: a log, too many units, a time Lua cannot hold.
+        let log = g(
+            Params::SlidingLog {
+                limit: 5,
+                window: SECOND,
+            },
+            now,
+        );
+        assert!(matches!(encode_give_back(&log), Err(StoreError::Server(_))));
+        let many = GiveBack {
+            units: sluice_core::algo::MAX_LIMIT + 1,
+            ..tb.clone()
+        };
+        assert!(encode_give_back(&many).is_err());
+        let late = GiveBack { now: 1 << 53, ..tb };
+        assert!(encode_give_back(&late).is_err());
+        assert_eq!(decode_give_back(&redis::Value::Int(1)), Ok(true));
+        assert_eq!(decode_give_back(&redis::Value::Int(0)), Ok(false));
+        assert!(decode_give_back(&redis::Value::Int(2)).is_err());
     }
 
     #[test]
