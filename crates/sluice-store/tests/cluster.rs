@@ -128,6 +128,7 @@ async fn redis_cluster_slots_conformance_and_live_migration() {
     cases::release_and_expiry_of_slots(&*dynstore, "cl").await;
     cases::expiry_with_time(&*dynstore, "cl").await;
     cases::shadow_and_charge_rejected(&*dynstore, "cl").await;
+    cases::give_back_returns_unspent_units(&*dynstore, "cl").await;
 
     // A node that lost its scripts (a restart, SCRIPT FLUSH): reloaded within the call, counted.
     let before = store.noscript_reloads();

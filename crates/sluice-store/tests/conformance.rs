@@ -10,6 +10,7 @@ mod common;
 use common::cases::{self, T0, call, check, item};
 use sluice_core::Params;
 use sluice_core::algo::Window;
+use sluice_core::batch::GiveBack;
 use sluice_core::time::SECOND;
 use sluice_store::redis::{RedisConfig, RedisStore, item_keys};
 use sluice_store::{MemoryStore, Store, StoreError};
@@ -111,6 +112,12 @@ macro_rules! suite {
             async fn identities_are_isolated() {
                 let f = $fixture().await;
                 cases::identities_are_isolated(&*f.store, "").await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn give_back_returns_unspent_units() {
+                let f = $fixture().await;
+                cases::give_back_returns_unspent_units(&*f.store, "").await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,6 +228,51 @@ async fn a_lagging_clock_never_rewinds_a_newer_window() {
     assert_eq!(again.outcomes[0].usage, 3);
 }
 
+/// A give-back to a key holding something that is not the rule's state is a Corrupt error
+/// naming the key, and writes nothing; a give-back after SCRIPT FLUSH reloads its script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_reports_corrupt_state_and_survives_noscript() {
+    let server = common::redis();
+    let store = RedisStore::connect(&common::config(server.url()))
+        .await
+        .expect("store");
+    let g = GiveBack {
+        key: "sl:{gb}:tb".into(),
+        params: Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 10,
+        },
+        units: 3,
+        taken_at: T0,
+        now: T0,
+    };
+    for (kind, setup) in [
+        ("list", vec!["RPUSH", "sl:{gb}:tb", "x"]),
+        ("junk", vec!["SET", "sl:{gb}:tb", "1 2"]),
+    ] {
+        server.cmd(&["DEL", "sl:{gb}:tb"]).expect("DEL");
+        server.cmd(&setup).expect("setup");
+        match store.give_back(&g).await {
+            Err(StoreError::Corrupt { key, .. }) => assert_eq!(key, "sl:{gb}:tb", "{kind}"),
+            other => panic!("{kind}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        server.cmd(&["GET", "sl:{gb}:tb"]).expect("GET"),
+        "1 2",
+        "nothing written"
+    );
+    server.cmd(&["DEL", "sl:{gb}:tb"]).expect("DEL");
+    let c = call(T0, 5, "r", vec![item("sl:{gb}:tb", g.params.clone())]);
+    assert!(check(&store, &c).await.allowed);
+    server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+    let before = store.noscript_reloads();
+    assert_eq!(store.give_back(&g).await, Ok(true));
+    assert_eq!(store.noscript_reloads(), before + 1);
+    let peek = call(T0, 0, "p", vec![item("sl:{gb}:tb", g.params.clone())]);
+    assert_eq!(check(&store, &peek).await.outcomes[0].remaining, 8);
+}
+
 /// A Redis that lost its script cache (restart, failover, SCRIPT FLUSH) answers NOSCRIPT; the
 /// store reloads the script within the same call and counts the event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,8 +310,9 @@ async fn noscript_is_reloaded_and_counted() {
     );
 }
 
-/// With the production defaults (3 ms), a stalled Redis costs a call 3 ms and a clear
-/// Timeout, never the redis crate's 500 ms; the store recovers when Redis does.
+/// With the production defaults (3 ms), a stalled Redis costs a call (a check or a
+/// give-back) 3 ms and a clear Timeout, never the redis crate's 500 ms; the store recovers
+/// when Redis does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_redis_times_out_at_the_configured_deadline() {
     let server = common::redis();
@@ -295,7 +348,21 @@ async fn a_stalled_redis_times_out_at_the_configured_deadline() {
         .await
         .expect_err("a stalled Redis cannot answer");
     let took = started.elapsed();
+    // A give-back is off the hot path but bound by the same deadline.
+    let started = Instant::now();
+    let gave = store
+        .give_back(&GiveBack {
+            key: "sl:{stall}:tb".into(),
+            params: c.items[0].params.clone(),
+            units: 1,
+            taken_at: T0,
+            now: T0,
+        })
+        .await;
+    let gave_took = started.elapsed();
     server.resume().expect("SIGCONT redis");
+    assert_eq!(gave, Err(StoreError::Timeout(3)));
+    assert!(gave_took < Duration::from_millis(100), "took {gave_took:?}");
     assert_eq!(err, StoreError::Timeout(3));
     assert!(err.retryable());
     assert!(took < Duration::from_millis(100), "took {took:?}");

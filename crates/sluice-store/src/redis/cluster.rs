@@ -44,7 +44,8 @@
 use super::script::{Script, classify};
 use super::slot::{SLOTS, key_slot};
 use super::{
-    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_bounded, client_for, redact, release_with,
+    Engine, RedisConfig, WARM_UP_TAG, bad_url, check_bounded, client_for, give_back_with, redact,
+    release_with,
 };
 use crate::{BoxFuture, Store, StoreError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -53,7 +54,7 @@ use redis::{
     ServerErrorKind, Value,
 };
 use sluice_core::Micros;
-use sluice_core::batch::{Call, CallResult};
+use sluice_core::batch::{Call, CallResult, GiveBack};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
@@ -538,7 +539,7 @@ impl RedisClusterStore {
     }
 
     /// Warms every slot owner up at once (see [`Store::warm_up`]): a fresh map, then on each
-    /// primary its connection, both scripts and one call of each on a key of its own slots.
+    /// primary its connection, every script and one call of each on a key of its own slots.
     /// Fails, naming the node, while any owner fails.
     async fn warm_up_all(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
@@ -701,6 +702,16 @@ impl Store for RedisClusterStore {
         Box::pin(release_with(key, request_id, now, move |req| async move {
             inner
                 .eval(&inner.engine.release, &req.keys, &req.args)
+                .await
+        }))
+    }
+
+    /// Routed like a check (the key's slot, redirections followed, within the deadline).
+    fn give_back<'a>(&'a self, g: &'a GiveBack) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let inner = &self.inner;
+        Box::pin(give_back_with(g, move |req| async move {
+            inner
+                .eval(&inner.engine.give_back, &req.keys, &req.args)
                 .await
         }))
     }

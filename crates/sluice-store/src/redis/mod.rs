@@ -1,7 +1,8 @@
 //! The Redis stores: a fleet of daemons sharing one exact count per key.
 //!
 //! Every call runs `lua/check.lua` by `EVALSHA` (reloaded by `EVAL` when a restarted or
-//! failed-over Redis answers `NOSCRIPT`), over one multiplexed connection per node that
+//! failed-over Redis answers `NOSCRIPT`; releases and give-backs run `lua/release.lua` and
+//! `lua/give_back.lua` the same way), over one multiplexed connection per node that
 //! pipelines concurrent calls; the standalone store also groups calls that queue behind
 //! the runs in flight into one script run (see `standalone.rs`). The arithmetic is the core's, transcribed into Lua and held to
 //! it by the differential test; this module only moves calls and replies and classifies
@@ -40,7 +41,7 @@ use crate::{Store, StoreError};
 use redis::aio::ConnectionLike;
 use script::{Script, classify, decode_release};
 use sluice_core::algo::Window;
-use sluice_core::batch::{Call, CallResult, Item};
+use sluice_core::batch::{Call, CallResult, GiveBack, Item};
 use sluice_core::time::SECOND;
 use sluice_core::{Micros, Params, Remote};
 use std::path::PathBuf;
@@ -217,6 +218,7 @@ pub async fn connect(cfg: &RedisConfig) -> Result<Arc<dyn Store>, StoreError> {
 pub(crate) struct Engine {
     pub(crate) check: Script,
     pub(crate) release: Script,
+    pub(crate) give_back: Script,
     pub(crate) timeout: Duration,
     pub(crate) timeout_ms: u64,
     /// The budget of one warm-up step: a connection's set-up (two attempts, as the connection
@@ -232,6 +234,7 @@ impl Engine {
         Engine {
             check: Script::new(CHECK_SCRIPT),
             release: Script::new(RELEASE_SCRIPT),
+            give_back: Script::new(GIVE_BACK_SCRIPT),
             timeout: cfg.timeout(),
             timeout_ms: cfg.timeout_ms,
             warm_up: cfg.connect_timeout() * 2 + WARM_UP_SLACK,
@@ -296,8 +299,9 @@ impl Engine {
     }
 
     /// Warms one node up over `conn` (see [`Store::warm_up`]): waits for its connection
-    /// (`PING`: the set-up, AUTH and the client's own first commands), loads both scripts and
-    /// runs [`warm_up_calls`] and [`warm_up_release`] under the `{tag}` hash tag (none without
+    /// (`PING`: the set-up, AUTH and the client's own first commands), loads the scripts and
+    /// runs [`warm_up_calls`], [`warm_up_release`] and [`warm_up_give_back`] under the `{tag}`
+    /// hash tag (none without
     /// a tag: a Cluster node without a known slot), each step within [`Engine::warm_up`]. The
     /// first error is returned; a retry starts over.
     pub(crate) async fn warm_up<C: ConnectionLike + Send>(
@@ -327,15 +331,20 @@ impl Engine {
         let reply = self
             .eval_within(self.warm_up, conn, &self.release, &req.keys, &req.args)
             .await?;
-        decode_release(&reply).map(|_| ())
+        decode_release(&reply)?;
+        let req = encode_give_back(&warm_up_give_back(tag, now))?;
+        let reply = self
+            .eval_within(self.warm_up, conn, &self.give_back, &req.keys, &req.args)
+            .await?;
+        decode_give_back(&reply).map(|_| ())
     }
 
-    /// Loads both scripts on one node so the first calls need no `EVAL` fallback.
+    /// Loads every script on one node so the first calls need no `EVAL` fallback.
     pub(crate) async fn preload<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
     ) -> Result<(), StoreError> {
-        for s in [&self.check, &self.release] {
+        for s in [&self.check, &self.release, &self.give_back] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(s.body);
             let fut = cmd.query_async::<String>(conn);
@@ -398,6 +407,21 @@ pub(crate) fn warm_up_release(tag: &str, now: Micros) -> Result<ScriptCall, Stor
     release_request(&format!("sl:{{{tag}}}:c"), "warm-up", now)
 }
 
+/// The give-back of a warm-up: to a bucket nobody has, under the `{tag}` hash tag (nothing
+/// to give back to: it writes nothing).
+pub(crate) fn warm_up_give_back(tag: &str, now: Micros) -> GiveBack {
+    GiveBack {
+        key: format!("sl:{{{tag}}}:g"),
+        params: Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 1,
+        },
+        units: 1,
+        taken_at: now,
+        now,
+    }
+}
+
 /// The `EVALSHA` of a check bounded by `stale_at` (0: unbounded), or `None` for a call
 /// without items (nothing to ask Redis).
 pub(crate) fn check_request(
@@ -454,6 +478,24 @@ where
     let req = release_request(key, request_id, now)?;
     let reply = send(req).await?;
     decode_release(&reply)
+}
+
+/// A give-back sent by `send` (the `EVALSHA` of `lua/give_back.lua`, the way the store sends
+/// a script), decoded: whether it wrote. An algorithm that cannot be leased, or numbers the
+/// script cannot hold, are refused before anything is sent.
+///
+/// No stale bound, unlike a check: a give-back that runs after its caller gave up returns
+/// units that were really left, computed at the caller's `now` (a window that ended by then
+/// is a window that ended at `now`, never a later one). What a late run must never meet is a
+/// second copy of itself, and the store sends each give-back once (`Store::give_back`).
+pub(crate) async fn give_back_with<F, Fut>(g: &GiveBack, send: F) -> Result<bool, StoreError>
+where
+    F: FnOnce(ScriptCall) -> Fut,
+    Fut: std::future::Future<Output = Result<redis::Value, StoreError>>,
+{
+    let req = encode_give_back(g)?;
+    let reply = send(req).await?;
+    decode_give_back(&reply)
 }
 
 /// The answer to a call without items: allowed, no outcomes.

@@ -16,12 +16,14 @@
 //! (different slots), so [`super::RedisClusterStore`] sends one call per script run.
 
 use super::script::{ScriptCall, classify_text};
-use super::{Engine, RedisConfig, bad_url, check_bounded, client_for, redact, release_with};
+use super::{
+    Engine, RedisConfig, bad_url, check_bounded, client_for, give_back_with, redact, release_with,
+};
 use crate::{BoxFuture, Store, StoreError};
 use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sluice_core::Micros;
-use sluice_core::batch::{Call, CallResult};
+use sluice_core::batch::{Call, CallResult, GiveBack};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -382,6 +384,18 @@ impl Store for RedisStore {
             let engine = &self.engine;
             engine
                 .eval(&mut conn, &engine.release, &req.keys, &req.args)
+                .await
+        }))
+    }
+
+    /// Sent straight over the shared connection, like a release: never through the
+    /// batcher or its [`IN_FLIGHT`] slots, so a give-back never holds up a check.
+    fn give_back<'a>(&'a self, g: &'a GiveBack) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(give_back_with(g, move |req| async move {
+            let mut conn = self.conn.clone();
+            let engine = &self.engine;
+            engine
+                .eval(&mut conn, &engine.give_back, &req.keys, &req.args)
                 .await
         }))
     }

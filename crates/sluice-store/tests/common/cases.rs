@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use sluice_core::algo::Window;
-use sluice_core::batch::{Call, CallResult, Item};
+use sluice_core::batch::{Call, CallResult, GiveBack, Item};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote};
 use sluice_store::Store;
@@ -438,4 +438,124 @@ pub async fn algorithm_change_under_one_id(store: &dyn Store, p: &str) {
             );
         }
     }
+}
+
+/// A give-back that must succeed.
+pub async fn give_back(store: &dyn Store, g: &GiveBack) -> bool {
+    match store.give_back(g).await {
+        Ok(wrote) => wrote,
+        Err(e) => panic!("{} store failed a give-back: {e}", store.kind()),
+    }
+}
+
+/// Units a check of cost `lease` left unspent come back: a fixed window of 100 leased 10 and
+/// given 7 back admits exactly 97 more. Once the window ends there is nothing to give back
+/// to; a bucket given back its whole lease at once is as before; a sliding log cannot be
+/// leased.
+pub async fn give_back_returns_unspent_units(store: &dyn Store, p: &str) {
+    let key = format!("sl:{{{p}lease}}:fw");
+    let fw = Params::FixedWindow {
+        limit: 100,
+        window: Window::Epoch(60 * SECOND),
+    };
+    let taken_at = T0 + SECOND;
+    let leased = check(
+        store,
+        &call(taken_at, 10, "lease", vec![item(&key, fw.clone())]),
+    )
+    .await;
+    assert!(leased.allowed);
+    assert_eq!(leased.outcomes[0].usage, 10);
+    let g = GiveBack {
+        key: key.clone(),
+        params: fw.clone(),
+        units: 7,
+        taken_at,
+        now: taken_at + MILLI,
+    };
+    assert!(
+        give_back(store, &g).await,
+        "{}: the window holds the units",
+        store.kind()
+    );
+    let mut admitted = 0;
+    for i in 0..200 {
+        let c = call(
+            taken_at + 2 * MILLI + i,
+            1,
+            "r",
+            vec![item(&key, fw.clone())],
+        );
+        if check(store, &c).await.allowed {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 97, "{}", store.kind());
+    // The next window: the units expired with the window they counted in.
+    let late = GiveBack {
+        now: T0 + 60 * SECOND,
+        ..g
+    };
+    assert!(!give_back(store, &late).await, "{}", store.kind());
+    let fresh = check(
+        store,
+        &call(T0 + 60 * SECOND, 0, "peek", vec![item(&key, fw)]),
+    )
+    .await;
+    assert_eq!(fresh.outcomes[0].remaining, 100, "{}", store.kind());
+
+    // A bucket given back its whole lease at once answers as before the lease.
+    let bkey = format!("sl:{{{p}lease}}:tb");
+    let bucket = tb(1, 20);
+    let peek = |now| call(now, 0, "peek", vec![item(&bkey, bucket.clone())]);
+    assert!(
+        check(store, &call(T0, 5, "r", vec![item(&bkey, bucket.clone())]))
+            .await
+            .allowed
+    );
+    assert!(
+        check(
+            store,
+            &call(T0, 10, "lease", vec![item(&bkey, bucket.clone())])
+        )
+        .await
+        .allowed
+    );
+    assert_eq!(check(store, &peek(T0)).await.outcomes[0].remaining, 5);
+    let g = GiveBack {
+        key: bkey.clone(),
+        params: bucket.clone(),
+        units: 10,
+        taken_at: T0,
+        now: T0,
+    };
+    assert!(give_back(store, &g).await);
+    assert_eq!(
+        check(store, &peek(T0)).await.outcomes[0].remaining,
+        15,
+        "{}",
+        store.kind()
+    );
+    // Absent state is a full bucket: nothing to give back to.
+    let none = GiveBack {
+        key: format!("sl:{{{p}lease}}:none"),
+        ..g
+    };
+    assert!(!give_back(store, &none).await);
+
+    let log = GiveBack {
+        key: format!("sl:{{{p}lease}}:sl"),
+        params: Params::SlidingLog {
+            limit: 5,
+            window: SECOND,
+        },
+        units: 1,
+        taken_at: T0,
+        now: T0,
+    };
+    let err = store
+        .give_back(&log)
+        .await
+        .expect_err("a log is not leasable");
+    assert!(!err.retryable(), "{err:?}");
 }
