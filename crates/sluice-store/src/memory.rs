@@ -372,6 +372,14 @@ impl MemoryStore {
         if !kind.leasable() {
             return Err(crate::not_leasable(g));
         }
+        // As Redis refuses it (a cost above any limit is refused alike): same answer anywhere.
+        if g.units > sluice_core::algo::MAX_LIMIT {
+            return Err(StoreError::Server(format!(
+                "give-back of {} units is above the largest limit {}",
+                g.units,
+                sluice_core::algo::MAX_LIMIT
+            )));
+        }
         let mut shard = Self::lock(self.shard(&g.key));
         let map = &mut shard.map;
         let state = match map.get(g.key.as_bytes()) {
@@ -803,6 +811,14 @@ mod tests {
             Ok(false),
             "no state: nothing to give back to"
         );
+        let many = GiveBack {
+            units: sluice_core::algo::MAX_LIMIT + 1,
+            ..g.clone()
+        };
+        assert!(matches!(
+            s.give_back_sync(&many),
+            Err(StoreError::Server(_))
+        ));
         // Another algorithm's state is corrupt, as for a check.
         s.check_sync(&c).expect("ok");
         let wrong = GiveBack {
