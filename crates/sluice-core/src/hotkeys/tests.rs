@@ -359,3 +359,56 @@ fn auto_leases_only_hot_keys() {
     let steady = store.calls - before;
     assert!(steady <= 42, "{steady} store calls for 40,000 requests");
 }
+
+/// One request through `layer`: the answer of its one store call.
+fn answer(set: &RuleSet, layer: &mut Layer, store: &mut Mem, key: &str, now: Micros) -> CallResult {
+    let dom = set.domain("api").expect("domain");
+    let p = plan(dom, &desc(&[("k", key)]), now, 1, "r", |_| {
+        Default::default()
+    });
+    layer
+        .call_sync(&p.calls[0], CallPolicy::of(&p, 0), set.version, |c| {
+            Some(store.check(c))
+        })
+        .expect("no failures")
+}
+
+/// A cached refusal speaks for the window its counts were taken in. A sliding window's
+/// retry time can lie in the next window; repeated there, the old window's count would be
+/// reported as the new one's `usage`, which the shipper sends to other regions as this
+/// region's count (sluice-sim's ship-interval.toml: 1,412 false rejections, none without the
+/// cache). Past the window's end the store is asked again.
+#[test]
+fn a_cached_refusal_ends_with_its_window() {
+    let set = parse_yaml(RULES).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 10));
+    let t = 10 * SECOND + 900 * MILLI;
+    for _ in 0..30 {
+        assert!(answer(&set, &mut layer, &mut store, "sw", t).allowed);
+    }
+    // 30 counted in [10 s, 11 s): refused until the previous window's weight has shrunk
+    // enough in the next one, past 11 s.
+    let r = answer(&set, &mut layer, &mut store, "sw", t);
+    assert!(!r.allowed);
+    assert!(t + r.outcomes[0].retry_after > 11 * SECOND);
+    assert_eq!(layer.deny_entries(), 1);
+    // At 11.01 s the store still refuses (30 x 0.99 + 1 > 30), and counts nothing yet in
+    // the new window.
+    let next = 11 * SECOND + 10 * MILLI;
+    assert!(t + r.outcomes[0].retry_after > next);
+    let mut plain = Mem {
+        states: store.states.clone(),
+        calls: 0,
+    };
+    let fresh = answer(&set, &mut Layer::new(100, 10), &mut plain, "sw", next);
+    assert!(!fresh.allowed);
+    assert_eq!(fresh.outcomes[0].usage, 0);
+    let calls = store.calls;
+    let cached = answer(&set, &mut layer, &mut store, "sw", next);
+    assert!(!cached.allowed);
+    assert_eq!(
+        cached.outcomes[0].usage, fresh.outcomes[0].usage,
+        "the new window's count, not the old one's"
+    );
+    assert_eq!(store.calls, calls + 1, "asked the store in the new window");
+}
