@@ -70,7 +70,7 @@ pub(super) fn aged(result: &CallResult, elapsed: Micros) -> CallResult {
 /// would send the old window's count to other regions as the new one's, and they would
 /// refuse on it (sluice-sim's ship-interval.toml: 1,412 false rejections in 30,451 requests,
 /// none without the cache). Asking the store again costs one call per key per window.
-fn window_end(call: &Call, result: &CallResult) -> Micros {
+pub(super) fn window_end(call: &Call, result: &CallResult) -> Micros {
     call.items
         .iter()
         .zip(&result.outcomes)

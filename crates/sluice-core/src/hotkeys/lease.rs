@@ -9,13 +9,13 @@
 //! when the lease ends, on a rule change and at shutdown.
 //!
 //! A refused lease call blocks the key on this daemon until the batch's retry time (at most
-//! [`MAX_AGE`]): a key over its limit then costs one call per batch time, not one per
+//! [`MAX_AGE`], and never past the end of a window rule's window): a key over its limit then costs one call per batch time, not one per
 //! request. That shifts admissions by up to one batch's time, it never adds any: the units
 //! refused meanwhile are the ones the next batch takes. A window rule refused a batch while
 //! it still holds enough for the request leases what it holds instead ([`Refill::Smaller`]),
 //! so the end of a window strands nothing.
 
-use super::deny::{aged, hash};
+use super::deny::{aged, hash, window_end};
 use crate::Params;
 use crate::algo::Kind;
 use crate::batch::{Call, CallResult, GiveBack};
@@ -295,7 +295,10 @@ impl Leases {
             .map(|(_, o)| o.retry_after)
             .max()
             .unwrap_or(0)
-            .min(MAX_AGE);
+            .min(MAX_AGE)
+            // The refusal repeated meanwhile carries this window's counts (see the deny
+            // cache): a block never outlives the window.
+            .min(window_end(call, &result));
         l.blocked_until = now + wait;
         // Units left (fewer than this request needs) stay for smaller ones.
         l.last = Some(result.clone());

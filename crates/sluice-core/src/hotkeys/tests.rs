@@ -412,3 +412,35 @@ fn a_cached_refusal_ends_with_its_window() {
     );
     assert_eq!(store.calls, calls + 1, "asked the store in the new window");
 }
+
+/// A refused lease call blocks the key until its retry time, repeating the refusal; like a
+/// cached refusal, that answer's counts are its window's, so the block ends with the window.
+#[test]
+fn a_refused_lease_blocks_at_most_to_its_window_end() {
+    let set = parse_yaml(LEASED).expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+    let t = 119 * SECOND + 900 * MILLI;
+    for _ in 0..100 {
+        assert!(answer(&set, &mut layer, &mut store, "sw", t).allowed);
+    }
+    let r = answer(&set, &mut layer, &mut store, "sw", t);
+    assert!(!r.allowed);
+    assert_eq!(layer.stats().lease_blocked, 0, "the store refused this one");
+    // Its retry time lies in the next window; at 120.05 s the store still refuses and has
+    // counted nothing in the new window.
+    let next = 120 * SECOND + 50 * MILLI;
+    assert!(t + r.outcomes[0].retry_after > next);
+    let mut plain = Mem {
+        states: store.states.clone(),
+        calls: 0,
+    };
+    let fresh = answer(&set, &mut Layer::new(100, 100), &mut plain, "sw", next);
+    assert!(!fresh.allowed);
+    assert_eq!(fresh.outcomes[0].usage, 0);
+    let blocked = answer(&set, &mut layer, &mut store, "sw", next);
+    assert!(!blocked.allowed);
+    assert_eq!(
+        blocked.outcomes[0].usage, fresh.outcomes[0].usage,
+        "the new window's count, not the old one's"
+    );
+}
