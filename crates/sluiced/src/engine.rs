@@ -401,22 +401,31 @@ impl Engine {
             return self.call_store(&pc.call).await;
         }
         let shard = hot.shard_of(&pc.call);
-        let mut waited = false;
-        let mut sent = loop {
-            // Registered before routing, so a lease answered in between still wakes us.
-            let woken = hot.wake(shard).notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let route = hot.lock(shard).route(pc, policy, version);
-            match route {
-                Route::Local(r) => return Ok(r),
-                Route::Store => break Sent::Plain,
-                Route::Lease { batch } => break Sent::Lease { batch },
-                // Once: a lease call slower than the deadline is as good as failed for us.
-                Route::Wait if waited => break Sent::Plain,
-                Route::Wait => {
-                    waited = true;
-                    let _ = tokio::time::timeout(self.store_timeout, woken).await;
+        let first = hot.lock(shard).route(pc, policy, version);
+        let mut sent = match first {
+            Route::Local(r) => return Ok(r),
+            Route::Store => Sent::Plain,
+            Route::Lease { batch } => Sent::Lease { batch },
+            Route::Wait => {
+                // Registered, then routed again: a lease answered in between still wakes us.
+                let woken = hot.wake(shard).notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let again = hot.lock(shard).route(pc, policy, version);
+                match again {
+                    Route::Local(r) => return Ok(r),
+                    Route::Store => Sent::Plain,
+                    Route::Lease { batch } => Sent::Lease { batch },
+                    Route::Wait => {
+                        // Once: a lease call slower than the deadline is as good as failed.
+                        let _ = tokio::time::timeout(self.store_timeout, woken).await;
+                        let last = hot.lock(shard).route(pc, policy, version);
+                        match last {
+                            Route::Local(r) => return Ok(r),
+                            Route::Lease { batch } => Sent::Lease { batch },
+                            Route::Store | Route::Wait => Sent::Plain,
+                        }
+                    }
                 }
             }
         };
@@ -427,6 +436,7 @@ impl Engine {
                 Sent::Lease { batch } => self.call_store(&with_cost(&pc.call, batch)).await,
             };
             let next = match r {
+                Ok(r) if !sluice_core::hotkeys::Layer::wants(sent, &r) => return Ok(r),
                 Ok(r) => {
                     let next = hot.lock(shard).answered(pc, policy, sent, r);
                     lease.done();

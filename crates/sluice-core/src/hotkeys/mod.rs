@@ -338,6 +338,12 @@ impl Layer {
         Route::Store
     }
 
+    /// Whether [`Layer::answered`] has anything to do with this answer: a shell may skip the
+    /// lock (and the call) when not. An admitted plain call changes nothing here.
+    pub fn wants(sent: Sent, result: &CallResult) -> bool {
+        !matches!(sent, Sent::Plain) || !result.allowed
+    }
+
     /// Takes back the store's answer to what was sent for `pc`.
     pub fn answered(
         &mut self,
