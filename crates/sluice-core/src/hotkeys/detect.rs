@@ -86,7 +86,9 @@ impl Detector {
             .map(|(r, &c)| self.prev[r][c])
             .min()
             .unwrap_or(0);
-        let left = SECOND - (now - self.epoch).min(SECOND);
+        // An observation from before the epoch (read before a roll on another task) weighs
+        // the previous epoch whole.
+        let left = SECOND - now.saturating_sub(self.epoch).min(SECOND);
         cur + u64::from(prev) * left / SECOND
     }
 }
@@ -113,6 +115,20 @@ mod tests {
             d.observe(i % 10, SECOND + i * 50);
         }
         assert!(d.observe(0xdead_beef_0000_1234, SECOND + 20_000 * 50) < 50);
+    }
+
+    /// A request's `now` is read before it is routed; a sweep on another task can roll the
+    /// epoch in between (the simulator executes a call after its arrival, the daemon routes
+    /// it after reading its clock). Such a late observation still counts.
+    #[test]
+    fn an_observation_older_than_the_epoch_counts() {
+        let mut d = Detector::new();
+        for i in 0..600u64 {
+            d.observe(9, SECOND + i * 1_000);
+        }
+        d.roll(2 * SECOND);
+        let rate = d.observe(9, 2 * SECOND - 200);
+        assert!(rate >= 601, "{rate}");
     }
 
     #[test]
