@@ -30,9 +30,18 @@ pub struct HotKeys {
 impl HotKeys {
     /// Room for `deny_entries` cached refusals and `leases` leases in all.
     pub fn new(deny_entries: usize, leases: usize) -> HotKeys {
+        use std::hash::BuildHasher as _;
+        // The OS's randomness, through std's randomly keyed hasher: a secret seed per daemon.
+        let seed = std::collections::hash_map::RandomState::new().hash_one(0x407_u64);
         HotKeys {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(Layer::new(deny_entries / SHARDS, leases / SHARDS)))
+                .map(|i| {
+                    Mutex::new(Layer::with_seed(
+                        deny_entries / SHARDS,
+                        leases / SHARDS,
+                        seed ^ i as u64,
+                    ))
+                })
                 .collect(),
             wake: (0..SHARDS).map(|_| Notify::new()).collect(),
             give_back_failures: AtomicU64::new(0),

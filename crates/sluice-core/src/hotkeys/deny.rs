@@ -25,8 +25,8 @@
 
 use crate::Params;
 use crate::batch::{Call, CallResult};
+use crate::hash::{Keyed, KeyedMap};
 use crate::time::{Micros, SECOND};
-use std::collections::HashMap;
 
 /// The longest a refusal is repeated without asking the store again.
 pub const MAX_HOLD: Micros = SECOND;
@@ -88,8 +88,8 @@ pub(super) fn window_end(call: &Call, result: &CallResult) -> Micros {
 /// Cached refusals, keyed by the call's store keys.
 #[derive(Debug)]
 pub struct DenyCache {
-    cur: HashMap<u64, Entry>,
-    prev: HashMap<u64, Entry>,
+    cur: KeyedMap<u64, Entry>,
+    prev: KeyedMap<u64, Entry>,
     half: usize,
     swapped_at: Micros,
 }
@@ -107,11 +107,11 @@ pub(super) fn hash(call: &Call) -> u64 {
 }
 
 impl DenyCache {
-    /// A cache of at most `capacity` entries.
-    pub fn new(capacity: usize) -> DenyCache {
+    /// A cache of at most `capacity` entries, its maps keyed by `seed`.
+    pub fn new(capacity: usize, seed: u64) -> DenyCache {
         DenyCache {
-            cur: HashMap::new(),
-            prev: HashMap::new(),
+            cur: KeyedMap::with_hasher(Keyed::new(seed)),
+            prev: KeyedMap::with_hasher(Keyed::new(seed)),
             half: (capacity / 2).max(1),
             swapped_at: 0,
         }
@@ -139,7 +139,10 @@ impl DenyCache {
             // Entries of `cur` were made after the last swap, so they expire at most
             // MAX_HOLD after it; two holds on, they are all stale too.
             let both = now >= self.swapped_at.saturating_add(2 * MAX_HOLD);
-            self.prev = std::mem::take(&mut self.cur);
+            self.prev = std::mem::replace(
+                &mut self.cur,
+                KeyedMap::with_hasher(self.prev.hasher().clone()),
+            );
             if both {
                 self.prev.clear();
             }

@@ -19,8 +19,8 @@ use super::deny::{aged, hash, window_end};
 use crate::Params;
 use crate::algo::Kind;
 use crate::batch::{Call, CallResult, GiveBack};
+use crate::hash::{Keyed, KeyedMap};
 use crate::time::{MILLI, Micros, SECOND};
-use std::collections::HashMap;
 
 /// The longest a lease's units are spent before what is left goes back.
 pub const MAX_AGE: Micros = SECOND;
@@ -147,17 +147,17 @@ pub enum Refill {
 /// The leases of one daemon (or one shard of it).
 #[derive(Debug)]
 pub struct Leases {
-    map: HashMap<u64, Lease>,
+    map: KeyedMap<u64, Lease>,
     capacity: usize,
     retired: Vec<GiveBack>,
     retired_units: u64,
 }
 
 impl Leases {
-    /// Room for `capacity` leases.
-    pub fn new(capacity: usize) -> Leases {
+    /// Room for `capacity` leases, the map keyed by `seed`.
+    pub fn new(capacity: usize, seed: u64) -> Leases {
         Leases {
-            map: HashMap::new(),
+            map: KeyedMap::with_hasher(Keyed::new(seed)),
             capacity: capacity.max(1),
             retired: Vec::new(),
             retired_units: 0,

@@ -259,12 +259,19 @@ pub struct Layer {
 }
 
 impl Layer {
-    /// A layer holding at most `deny_entries` cached refusals and `leases` leases.
+    /// A layer holding at most `deny_entries` cached refusals and `leases` leases, its maps
+    /// keyed by seed 0: the simulator's and tests' (runs replay byte for byte).
     pub fn new(deny_entries: usize, leases: usize) -> Layer {
+        Layer::with_seed(deny_entries, leases, 0)
+    }
+
+    /// [`Layer::new`] with maps keyed by `seed`: the daemon draws it from the OS, so clients
+    /// cannot choose keys that pile up in one place of a map (the core draws nothing itself).
+    pub fn with_seed(deny_entries: usize, leases: usize, seed: u64) -> Layer {
         Layer {
             version: 0,
-            deny: DenyCache::new(deny_entries),
-            leases: Leases::new(leases),
+            deny: DenyCache::new(deny_entries, seed),
+            leases: Leases::new(leases, seed ^ 0x9e37_79b9_7f4a_7c15),
             detector: Detector::new(),
             stats: Stats::default(),
         }
