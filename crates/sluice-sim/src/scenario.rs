@@ -798,7 +798,8 @@ pub const PARAM_ALIASES: &[(&str, &str)] = &[
 ];
 
 /// Sets one field of the document: `name` is an alias from [`PARAM_ALIASES`] or a dotted
-/// path (`gossip.delay_ms.max`, `traffic.0.rate_per_s`); `value` is a TOML value (`250`,
+/// path (`gossip.delay_ms.max`, `traffic.0.rate_per_s`, `rules.hot.hot_keys.deny_cache`: a
+/// list item by index, or by its `id`); `value` is a TOML value (`250`,
 /// `0.05`, `"one_per_region"`; a bare word is taken as a string).
 pub fn set_param(doc: &mut toml::Table, name: &str, value: &str) -> Result<(), ScenarioError> {
     let path = PARAM_ALIASES
@@ -841,13 +842,22 @@ fn set_path(
                 .or_insert_with(|| toml::Value::Table(toml::Table::new()))
         }
         toml::Value::Array(a) => {
-            let i: usize = first.parse().map_err(|_| {
-                ScenarioError::Param(format!("{name}: {first:?} is not an index into a list"))
-            })?;
             let n = a.len();
-            a.get_mut(i).ok_or_else(|| {
-                ScenarioError::Param(format!("{name}: index {i} is past the {n} items"))
-            })?
+            match first.parse::<usize>() {
+                Ok(i) => a.get_mut(i).ok_or_else(|| {
+                    ScenarioError::Param(format!("{name}: index {i} is past the {n} items"))
+                })?,
+                // A list of tables with ids (the rules) is also addressed by id:
+                // `rules.hot.hot_keys.deny_cache`.
+                Err(_) => a
+                    .iter_mut()
+                    .find(|item| item.get("id").and_then(toml::Value::as_str) == Some(*first))
+                    .ok_or_else(|| {
+                        ScenarioError::Param(format!(
+                            "{name}: {first:?} is neither an index into the list nor the id of one of its items"
+                        ))
+                    })?,
+            }
         }
         _ => {
             return Err(ScenarioError::Param(format!(
@@ -1525,6 +1535,23 @@ rate_per_s = 10
         assert_eq!(s.gossip.interval, 250 * MILLI);
         assert_eq!(s.traffic[0].rate, 7.5);
         assert_eq!(s.gossip.shippers, Shippers::OnePerRegion);
+        let s = parse(
+            MINIMAL,
+            &[
+                p("rules.g.hot_keys.deny_cache", "false"),
+                p("rules.0.hot_keys.lease", "auto"),
+            ],
+        )
+        .expect("valid");
+        let hk = &s.domain().rules[0].hot_keys;
+        assert!(!hk.deny_cache, "set by the rule's id");
+        assert_eq!(
+            hk.lease,
+            sluice_core::hotkeys::LeaseMode::Auto,
+            "by its index"
+        );
+        let e = parse(MINIMAL, &[p("rules.nope.limit", "1")]).expect_err("no such rule");
+        assert!(e.to_string().contains("\"nope\""), "{e}");
         let e = parse(MINIMAL, &[p("traffic.3.rate_per_s", "1")]).expect_err("no such item");
         assert!(e.to_string().contains("index 3"), "{e}");
         let e = parse(MINIMAL, &[p("ship_interval_ms", "-1")]).expect_err("negative");
