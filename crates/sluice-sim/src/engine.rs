@@ -33,16 +33,17 @@
 //!   per region), hold the same view, and share one `RemoteCounts`: the first daemon's.
 
 use crate::fx::FxMap;
-use crate::metrics::{Counter, HealCount, Measured, Metrics, NewTruth, TruthIndex};
+use crate::metrics::{Counter, HealCount, Measured, Metrics, NewTruth, TruthIndex, add_stats};
 use crate::report::{self, Report};
 use crate::rng::Rng;
 use crate::scenario::{BusyOn, Delivery, Event, Scenario, Shippers};
 use crate::traffic::Generator;
 use sluice_core::Micros;
 use sluice_core::algo::Kind;
-use sluice_core::batch::Call;
+use sluice_core::batch::{Call, GiveBack};
 use sluice_core::decision::{Answer, Code, Plan, Via, plan};
 use sluice_core::hash::InlineKey;
+use sluice_core::hotkeys::{CallPolicy, Layer, lease};
 use sluice_core::merge::RemoteCounts;
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
 use sluice_core::ship::{Batch, LocalUsage, ShipEntry, message_bytes};
@@ -67,6 +68,8 @@ pub struct Progress {
 struct Daemon {
     remote: RemoteCounts,
     local: MemoryStore,
+    /// The hot-key layer every store call of the daemon goes through.
+    hot: Layer,
     /// Incarnation: bumped when the daemon restarts (messages to an older one are dropped).
     epoch: u32,
     /// Ship timer generation: bumped when the timer restarts (older ticks lapse).
@@ -76,8 +79,25 @@ struct Daemon {
 struct Replica {
     store: MemoryStore,
     lag: Micros,
-    queue: VecDeque<(Micros, Call)>,
+    queue: VecDeque<(Micros, Write)>,
 }
+
+/// A write the primary executed, for the replica to replay.
+enum Write {
+    /// A store call (as sent: a lease call carries its batch as cost).
+    Check(Call),
+    /// A lease's give-back.
+    GiveBack(GiveBack),
+}
+
+/// The rules' version the simulated daemons decide under (the rules never change in a run).
+const RULES_VERSION: u64 = 1;
+
+/// Bounds of each simulated daemon's hot-key layer: the daemon's defaults
+/// (`hot_keys.deny_entries`, `hot_keys.leases`). The daemon splits them over shards of one
+/// layer each; the simulator keeps one layer per daemon, which differs only at the bounds.
+const DENY_ENTRIES: usize = 100_000;
+const LEASES: usize = 10_000;
 
 struct Region {
     up: bool,
@@ -128,6 +148,12 @@ enum Ev {
         msg: Rc<Msg>,
     },
     Scenario(usize),
+    /// A daemon's hot-key sweep (every `lease::SWEEP`).
+    Sweep {
+        region: usize,
+        daemon: usize,
+        epoch: u32,
+    },
 }
 
 /// Where the loop's next event comes from.
@@ -633,14 +659,35 @@ impl<'a> Sim<'a> {
         let name = &sc.regions[r];
         let old_epoch = self.regions[r].daemons.first().map_or(0, |d| d.epoch);
         self.pipe.send(Rec::StartDaemons { region: r });
+        // The daemons that stopped keep their counters in the run's totals; their leases and
+        // cached refusals went with them (a crash: nothing was given back).
+        for d in &self.regions[r].daemons {
+            add_stats(&mut self.metrics.layer, &d.hot.stats());
+        }
         self.regions[r].daemons = (0..sc.daemons)
             .map(|_| Daemon {
                 remote: RemoteCounts::new(name, sc.gossip.max_keys, store_seed(self.seed)),
                 local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
+                hot: Layer::new(DENY_ENTRIES, LEASES),
                 epoch: old_epoch + 1,
                 timer: 0,
             })
             .collect();
+        for d in 0..sc.daemons {
+            // Sweeps spread over the period, in daemon order (no random draw: the other
+            // streams stay as they were).
+            let at = self.now + lease::SWEEP * (d as Micros + 1) / sc.daemons as Micros;
+            if at < sc.duration {
+                self.push(
+                    at,
+                    Ev::Sweep {
+                        region: r,
+                        daemon: d,
+                        epoch: old_epoch + 1,
+                    },
+                );
+            }
+        }
         for d in 0..sc.daemons {
             if !ships(self.sc, d) {
                 continue;
@@ -708,7 +755,8 @@ impl<'a> Sim<'a> {
             // Close the channel even if the loop panics, or the scope would wait forever
             // for the observer.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.events_loop(progress)
+                self.events_loop(progress);
+                self.drain_layers();
             }));
             self.pipe.flush();
             self.pipe.tx = None;
@@ -802,6 +850,11 @@ impl<'a> Sim<'a> {
                     msg,
                 } => self.deliver(region, daemon, epoch, &msg),
                 Ev::Scenario(i) => self.scenario_event(i),
+                Ev::Sweep {
+                    region,
+                    daemon,
+                    epoch,
+                } => self.sweep(region, daemon, epoch),
             }
         }
         progress(&Progress {
@@ -862,10 +915,16 @@ impl<'a> Sim<'a> {
     fn replicate(&mut self, r: usize, now: Micros) {
         if let Some(rep) = &mut self.regions[r].replica {
             while rep.queue.front().is_some_and(|(at, _)| *at <= now) {
-                if let Some((_, call)) = rep.queue.pop_front() {
-                    // Same calls, same order, same states: the replica's answers are the
-                    // primary's; only its timing differs.
-                    let _ = rep.store.check_sync(&call);
+                // Same writes, same order, same states: the replica's answers are the
+                // primary's; only its timing differs.
+                match rep.queue.pop_front() {
+                    Some((_, Write::Check(call))) => {
+                        let _ = rep.store.check_sync(&call);
+                    }
+                    Some((_, Write::GiveBack(g))) => {
+                        let _ = rep.store.give_back_sync(&g);
+                    }
+                    None => {}
                 }
             }
         }
@@ -892,30 +951,60 @@ impl<'a> Sim<'a> {
         let permille = self.sc.store.local_permille;
         let mut answers = Vec::with_capacity(plan.calls.len());
         for (i, pc) in plan.calls.iter().enumerate() {
-            self.metrics.store_calls += 1;
-            let region = &mut self.regions[r];
-            let res = if store_ok {
-                region.store.check_sync(&pc.call).ok()
-            } else {
-                None
-            };
-            match res {
-                Some(result) => {
-                    if let Some(rep) = &mut region.replica {
-                        rep.queue.push_back((sim_now + rep.lag, pc.call.clone()));
+            let rules: SmallVec<[usize; 4]> = pc
+                .rules
+                .iter()
+                .map(|&ai| self.rule_index(plan.applied[ai].rule))
+                .collect();
+            let Region {
+                store,
+                replica,
+                daemons,
+                ..
+            } = &mut self.regions[r];
+            let daemon = &mut daemons[d];
+            let before = daemon.hot.stats();
+            let mut calls = 0;
+            // Through the hot-key layer, as the daemon does: it answers the call itself, or
+            // sends it as planned or as a lease call, each one reaching the store here.
+            let res = daemon
+                .hot
+                .call_sync(pc, CallPolicy::of(&plan, i), RULES_VERSION, |call| {
+                    calls += 1;
+                    if !store_ok {
+                        return None;
                     }
-                    answers.push(Answer::Done(result));
-                }
+                    let res = store.check_sync(call).ok()?;
+                    if let Some(rep) = replica {
+                        rep.queue
+                            .push_back((sim_now + rep.lag, Write::Check(call.clone())));
+                    }
+                    Some(res)
+                });
+            let after = daemon.hot.stats();
+            self.metrics.store_calls += calls;
+            for ri in rules {
+                let h = &mut self.metrics.hot[ri];
+                h.requests += 1;
+                h.store_calls += calls;
+                h.deny_hits += after.deny_hits - before.deny_hits;
+                h.lease_spent += after.lease_spent - before.lease_spent;
+                h.lease_blocked += after.lease_blocked - before.lease_blocked;
+                h.lease_calls += after.lease_calls - before.lease_calls;
+                h.leased_units += after.leased_units - before.leased_units;
+            }
+            match res {
+                Some(result) => answers.push(Answer::Done(result)),
                 None => {
                     self.metrics.store_failures += 1;
                     let local = plan
                         .fallback(i, permille)
-                        .and_then(|c| region.daemons[d].local.check_sync(&c).ok());
+                        .and_then(|c| daemon.local.check_sync(&c).ok());
                     answers.push(Answer::Failed { local });
                 }
             }
         }
-        let decision = plan.decide(1, &answers);
+        let decision = plan.decide(RULES_VERSION, &answers);
         self.measure(r, (traffic, key), now, cost, &plan, &decision);
         self.observe(r, d, now, cost, &plan, &answers);
     }
@@ -1049,6 +1138,86 @@ impl<'a> Sim<'a> {
                     cost,
                     obs,
                 });
+            }
+        }
+    }
+
+    /// A daemon's hot-key sweep: cached refusals expire, and the give-backs of leases gone
+    /// quiet, ended or retired go to the region's store.
+    fn sweep(&mut self, r: usize, d: usize, epoch: u32) {
+        let now = self.now;
+        let region = &mut self.regions[r];
+        if !region.up || region.daemons[d].epoch != epoch {
+            return;
+        }
+        let backs = region.daemons[d].hot.sweep(now);
+        self.give_back(r, backs, now);
+        let next = now + lease::SWEEP;
+        if next < self.sc.duration {
+            self.push(
+                next,
+                Ev::Sweep {
+                    region: r,
+                    daemon: d,
+                    epoch,
+                },
+            );
+        }
+    }
+
+    /// Hands give-backs to region `r`'s store, as the daemon's sweep does: each once, lost
+    /// when the store is out (the daemon never resends one: it is not idempotent).
+    fn give_back(&mut self, r: usize, mut backs: Vec<GiveBack>, now: Micros) {
+        if backs.is_empty() {
+            return;
+        }
+        // The layer lists them in its maps' order, which differs from run to run; the store's
+        // key bound makes the order of writes matter, so it is fixed here.
+        backs.sort_by(|a, b| {
+            (&a.key, a.taken_at, a.units, a.now).cmp(&(&b.key, b.taken_at, b.units, b.now))
+        });
+        self.replicate(r, now);
+        let store_ok = now >= self.regions[r].store_down_until;
+        for g in backs {
+            if let Some(ri) = sluice_core::keys::parse(&g.key)
+                .and_then(|k| self.domain.rules.iter().position(|x| &*x.id == k.rule))
+            {
+                self.metrics.hot[ri].returned_units += g.units;
+            }
+            let region = &mut self.regions[r];
+            let res = if store_ok {
+                region.store.give_back_sync(&g).ok()
+            } else {
+                None
+            };
+            match res {
+                Some(written) => {
+                    if written {
+                        self.metrics.give_backs += 1;
+                    } else {
+                        self.metrics.give_backs_moot += 1;
+                    }
+                    if let Some(rep) = &mut region.replica {
+                        rep.queue.push_back((now + rep.lag, Write::GiveBack(g)));
+                    }
+                }
+                None => self.metrics.give_backs_failed += 1,
+            }
+        }
+    }
+
+    /// The end of the run: every daemon that is up drains its leases into its store, and the
+    /// layers' counters join the run's.
+    fn drain_layers(&mut self) {
+        let now = self.sc.duration;
+        for r in 0..self.regions.len() {
+            for d in 0..self.regions[r].daemons.len() {
+                if self.regions[r].up {
+                    let backs = self.regions[r].daemons[d].hot.drain(now);
+                    self.give_back(r, backs, now);
+                }
+                let st = self.regions[r].daemons[d].hot.stats();
+                add_stats(&mut self.metrics.layer, &st);
             }
         }
     }

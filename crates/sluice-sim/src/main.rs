@@ -55,7 +55,8 @@ struct Common {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Override a scenario field: an alias (ship_interval_ms, share_threshold, budget_bytes,
-    /// loss, shippers, daemons) or a dotted path (gossip.delay_ms.max, traffic.0.rate_per_s).
+    /// loss, shippers, daemons) or a dotted path (gossip.delay_ms.max, traffic.0.rate_per_s,
+    /// rules.hot.hot_keys.deny_cache: a list item by index or by id).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     set: Vec<String>,
 }
@@ -230,7 +231,10 @@ fn cmd_sweep(c: &Common, param: &str) -> Result<()> {
                     "false rej",
                     "gossip B/s",
                     "deferred",
+                    "admitted/s",
                     "calls/req",
+                    "deny hits",
+                    "lease calls",
                     "converged",
                 ]
                 .iter()
@@ -258,7 +262,10 @@ fn cmd_sweep(c: &Common, param: &str) -> Result<()> {
                         format!("{:.2}%", rule.false_rejection_pct),
                         thousands(r.gossip.bytes_per_s.round() as u64),
                         thousands(r.gossip.deferred),
-                        format!("{:.2}", r.store_calls_per_request),
+                        thousands(rule.admitted_per_s.round() as u64),
+                        format!("{:.4}", rule.store_calls_per_request),
+                        thousands(rule.deny_hits),
+                        thousands(rule.lease_calls),
                         if conv.is_empty() {
                             "-".into()
                         } else {

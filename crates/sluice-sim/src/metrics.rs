@@ -20,6 +20,7 @@
 use crate::fx::FxMap;
 use sluice_core::algo::{self, Kind, Params, Remote, Request};
 use sluice_core::decision::Code;
+use sluice_core::hotkeys::Stats;
 use sluice_core::time::SECOND;
 use sluice_core::{Micros, State};
 use smallvec::SmallVec;
@@ -162,6 +163,29 @@ pub struct RuleCounters {
     pub late: u64,
 }
 
+/// What the hot-key layer did for one rule: the calls of the rule's requests that reached
+/// the store, and the layer's counters over those calls (each counter's change across a
+/// call, given to every rule of the call).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HotRule {
+    /// Requests the rule applied to (one per planned call holding it).
+    pub requests: u64,
+    /// Store calls made for them: calls as planned and lease calls, failed ones included.
+    pub store_calls: u64,
+    /// Refusals answered from the deny cache.
+    pub deny_hits: u64,
+    /// Requests served from leased units.
+    pub lease_spent: u64,
+    /// Requests refused while a refused lease call waited for its retry time.
+    pub lease_blocked: u64,
+    /// Lease calls sent.
+    pub lease_calls: u64,
+    /// Units leased.
+    pub leased_units: u64,
+    /// Units in give-backs to the rule's keys (handed to the store).
+    pub returned_units: u64,
+}
+
 /// Bins of 0.001 up to a ratio of 10.
 pub const RATIO_BINS: usize = 10_001;
 
@@ -187,7 +211,8 @@ pub struct Metrics {
     pub failed_in_flight: u64,
     /// Requests that found every region down.
     pub no_region: u64,
-    /// Store calls made.
+    /// Store calls that reached the store (as planned, or lease calls), failed ones
+    /// included; the hot-key layer answers the others itself.
     pub store_calls: u64,
     /// Store calls that failed (outage).
     pub store_failures: u64,
@@ -195,6 +220,31 @@ pub struct Metrics {
     pub local_answers: u64,
     /// Store calls lost in failovers.
     pub lost_writes: u64,
+    /// Per rule: what the hot-key layer did (the engine counts these).
+    pub hot: Vec<HotRule>,
+    /// Every daemon's hot-key layer counters, summed (restarted daemons' included).
+    pub layer: Stats,
+    /// Give-backs the store applied (`Ok(true)`).
+    pub give_backs: u64,
+    /// Give-backs that found nothing to give back to (`Ok(false)`: no state, or the window
+    /// ended).
+    pub give_backs_moot: u64,
+    /// Give-backs not applied: the store was out, or refused them. Their units are lost
+    /// (the safe side, as in the daemon).
+    pub give_backs_failed: u64,
+}
+
+/// Adds one layer's counters to a sum.
+pub fn add_stats(sum: &mut Stats, s: &Stats) {
+    sum.deny_hits += s.deny_hits;
+    sum.deny_inserts += s.deny_inserts;
+    sum.deny_full += s.deny_full;
+    sum.lease_spent += s.lease_spent;
+    sum.lease_blocked += s.lease_blocked;
+    sum.lease_calls += s.lease_calls;
+    sum.leased_units += s.leased_units;
+    sum.returned_units += s.returned_units;
+    sum.expired_units += s.expired_units;
 }
 
 /// Counter ids by store key: the engine numbers counters as it meets them, so the thread
@@ -330,6 +380,11 @@ impl Metrics {
             store_failures: 0,
             local_answers: 0,
             lost_writes: 0,
+            hot: vec![HotRule::default(); rules],
+            layer: Stats::default(),
+            give_backs: 0,
+            give_backs_moot: 0,
+            give_backs_failed: 0,
         }
     }
 
@@ -402,6 +457,20 @@ impl Metrics {
         self.store_failures += o.store_failures;
         self.local_answers += o.local_answers;
         self.lost_writes += o.lost_writes;
+        for (a, b) in self.hot.iter_mut().zip(&o.hot) {
+            a.requests += b.requests;
+            a.store_calls += b.store_calls;
+            a.deny_hits += b.deny_hits;
+            a.lease_spent += b.lease_spent;
+            a.lease_blocked += b.lease_blocked;
+            a.lease_calls += b.lease_calls;
+            a.leased_units += b.leased_units;
+            a.returned_units += b.returned_units;
+        }
+        add_stats(&mut self.layer, &o.layer);
+        self.give_backs += o.give_backs;
+        self.give_backs_moot += o.give_backs_moot;
+        self.give_backs_failed += o.give_backs_failed;
     }
 
     /// Global window counters some region counted above its share threshold in the window

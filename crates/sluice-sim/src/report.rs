@@ -52,6 +52,58 @@ pub struct RuleReport {
     pub false_rejection_pct: f64,
     /// Units admitted while the exact limiter had no room.
     pub over_admitted: u64,
+    /// Units admitted per simulated second, every key of the rule.
+    pub admitted_per_s: f64,
+    /// The rule's rate per key, units per second (a window's limit over its length).
+    pub limit_per_s: f64,
+    /// Requests that reached the rule.
+    pub requests: u64,
+    /// Store calls made for them (as planned, or lease calls): what the hot-key layer did
+    /// not answer itself.
+    pub store_calls: u64,
+    /// `store_calls / requests`.
+    pub store_calls_per_request: f64,
+    /// Refusals answered from a deny cache.
+    pub deny_hits: u64,
+    /// Requests served from leased units.
+    pub lease_spent: u64,
+    /// Requests refused while a refused lease call waited for its retry time.
+    pub lease_blocked: u64,
+    /// Lease calls sent.
+    pub lease_calls: u64,
+    /// Units leased.
+    pub leased_units: u64,
+    /// Leased units given back to the store unspent.
+    pub returned_units: u64,
+}
+
+/// The hot-key layers of every daemon, summed (`sluice_core::hotkeys::Layer::stats`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HotKeysReport {
+    /// Requests refused from a deny cache.
+    pub deny_hits: u64,
+    /// Refusals remembered.
+    pub deny_inserts: u64,
+    /// Refusals not remembered: the cache was full.
+    pub deny_full: u64,
+    /// Requests served from leased units.
+    pub lease_spent: u64,
+    /// Requests refused while a refused lease call waited for its retry time.
+    pub lease_blocked: u64,
+    /// Lease calls sent.
+    pub lease_calls: u64,
+    /// Units leased.
+    pub leased_units: u64,
+    /// Units given back (handed to the store).
+    pub returned_units: u64,
+    /// Units of leases that ended with their window unspent (not given back).
+    pub expired_units: u64,
+    /// Give-backs the store applied.
+    pub give_backs: u64,
+    /// Give-backs that found nothing to give back to.
+    pub give_backs_moot: u64,
+    /// Give-backs lost: the store was out.
+    pub give_backs_failed: u64,
 }
 
 /// Gossip measures.
@@ -140,7 +192,8 @@ pub struct Report {
     pub unavailable: u64,
     /// Lost in flight with a region.
     pub failed_in_flight: u64,
-    /// Store calls per decided request.
+    /// Store calls per decided request (what reached the store: the hot-key layer answers
+    /// the rest).
     pub store_calls_per_request: f64,
     /// Store calls that failed.
     pub store_failures: u64,
@@ -150,6 +203,8 @@ pub struct Report {
     pub lost_writes: u64,
     /// Gossip.
     pub gossip: GossipReport,
+    /// The hot-key layers.
+    pub hot_keys: HotKeysReport,
     /// One per heal.
     pub heals: Vec<HealReport>,
     /// One per rule, in rule order.
@@ -187,6 +242,7 @@ fn bin_percentile(bins: &[u32], total: usize, p: f64) -> f64 {
 fn rule_report(sc: &Scenario, m: &Metrics, i: usize) -> RuleReport {
     let rule = &sc.domain().rules[i];
     let c = &m.rules[i];
+    let h = m.hot.get(i).cloned().unwrap_or_default();
     let (start, end, allowed) = measure_window(&rule.params, sc.warmup);
     let counters = m.truths.iter().filter(|t| t.rule == i).count();
     let (max, p99, mean) = if c.contested.is_empty() {
@@ -235,6 +291,31 @@ fn rule_report(sc: &Scenario, m: &Metrics, i: usize) -> RuleReport {
             100.0 * c.false_rejections as f64 / c.demand as f64
         },
         over_admitted: c.over_admitted,
+        admitted_per_s: c.admitted as f64 / secs(sc.duration).max(1e-9),
+        limit_per_s: limit_per_s(&rule.params),
+        requests: h.requests,
+        store_calls: h.store_calls,
+        store_calls_per_request: if h.requests == 0 {
+            0.0
+        } else {
+            h.store_calls as f64 / h.requests as f64
+        },
+        deny_hits: h.deny_hits,
+        lease_spent: h.lease_spent,
+        lease_blocked: h.lease_blocked,
+        lease_calls: h.lease_calls,
+        leased_units: h.leased_units,
+        returned_units: h.returned_units,
+    }
+}
+
+/// A rule's rate per key in units per second: a bucket's rate, a window's limit over its
+/// length.
+fn limit_per_s(p: &sluice_core::Params) -> f64 {
+    match p {
+        sluice_core::Params::TokenBucket { rate_per_s, .. }
+        | sluice_core::Params::Gcra { rate_per_s, .. } => *rate_per_s as f64,
+        p => p.limit() as f64 / secs(p.window()).max(1e-9),
     }
 }
 
@@ -303,6 +384,20 @@ pub fn build(
         store_failures: m.store_failures,
         local_answers: m.local_answers,
         lost_writes: m.lost_writes,
+        hot_keys: HotKeysReport {
+            deny_hits: m.layer.deny_hits,
+            deny_inserts: m.layer.deny_inserts,
+            deny_full: m.layer.deny_full,
+            lease_spent: m.layer.lease_spent,
+            lease_blocked: m.layer.lease_blocked,
+            lease_calls: m.layer.lease_calls,
+            leased_units: m.layer.leased_units,
+            returned_units: m.layer.returned_units,
+            expired_units: m.layer.expired_units,
+            give_backs: m.give_backs,
+            give_backs_moot: m.give_backs_moot,
+            give_backs_failed: m.give_backs_failed,
+        },
         gossip: GossipReport {
             bytes_per_s: g.bytes as f64 / dur,
             bytes_per_s_by_region: g.bytes_by_region.iter().map(|b| *b as f64 / dur).collect(),
@@ -443,6 +538,45 @@ fn rule_rows(rules: &[RuleReport]) -> Vec<Vec<String>> {
     rows
 }
 
+fn hot_rows(rules: &[RuleReport]) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "rule",
+            "requests",
+            "store calls",
+            "calls/req",
+            "deny hits",
+            "lease spent",
+            "lease blocked",
+            "lease calls",
+            "leased",
+            "returned",
+            "admitted/s",
+            "limit/s per key",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    ];
+    for r in rules {
+        rows.push(vec![
+            r.id.clone(),
+            thousands(r.requests),
+            thousands(r.store_calls),
+            format!("{:.4}", r.store_calls_per_request),
+            thousands(r.deny_hits),
+            thousands(r.lease_spent),
+            thousands(r.lease_blocked),
+            thousands(r.lease_calls),
+            thousands(r.leased_units),
+            thousands(r.returned_units),
+            thousands(r.admitted_per_s.round() as u64),
+            trim(r.limit_per_s, 3),
+        ]);
+    }
+    rows
+}
+
 /// The human table.
 pub fn table(r: &Report) -> String {
     let mut out = String::new();
@@ -472,6 +606,23 @@ pub fn table(r: &Report) -> String {
     );
     out.push('\n');
     out.push_str(&pad(&rule_rows(&r.rules), 1));
+    out.push('\n');
+    out.push_str(&pad(&hot_rows(&r.rules), 1));
+    let h = &r.hot_keys;
+    let _ = writeln!(
+        out,
+        "hot keys (every daemon): {} deny hits · {} refusals cached ({} not: full) · {} lease calls · {} units leased, {} given back, {} expired · {} give-backs applied, {} moot, {} lost",
+        thousands(h.deny_hits),
+        thousands(h.deny_inserts),
+        thousands(h.deny_full),
+        thousands(h.lease_calls),
+        thousands(h.leased_units),
+        thousands(h.returned_units),
+        thousands(h.expired_units),
+        thousands(h.give_backs),
+        thousands(h.give_backs_moot),
+        thousands(h.give_backs_failed),
+    );
     out.push('\n');
     let g = &r.gossip;
     let by_region: Vec<String> = r
@@ -545,12 +696,12 @@ pub fn table(r: &Report) -> String {
 }
 
 /// Header of the per-rule CSV.
-pub const RULES_CSV_HEADER: &str = "rule,scope,algorithm,allowed_per_window,window_s,counters,windows,contested_windows,overshoot_max,overshoot_p99,overshoot_mean,excess_units,demand,admitted,denied,false_rejections,false_rejection_pct,over_admitted";
+pub const RULES_CSV_HEADER: &str = "rule,scope,algorithm,allowed_per_window,window_s,counters,windows,contested_windows,overshoot_max,overshoot_p99,overshoot_mean,excess_units,demand,admitted,denied,false_rejections,false_rejection_pct,over_admitted,admitted_per_s,limit_per_s,requests,rule_store_calls,rule_store_calls_per_request,deny_hits,lease_spent,lease_blocked,lease_calls,leased_units,returned_units";
 
 /// One CSV row of a rule (no newline).
 pub fn rule_csv(r: &RuleReport) -> String {
     format!(
-        "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{},{:.4},{}",
+        "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{},{:.4},{},{:.3},{},{},{},{:.6},{},{},{},{},{},{}",
         r.id,
         r.scope,
         r.algorithm,
@@ -569,13 +720,24 @@ pub fn rule_csv(r: &RuleReport) -> String {
         r.false_rejections,
         r.false_rejection_pct,
         r.over_admitted,
+        r.admitted_per_s,
+        trim(r.limit_per_s, 6),
+        r.requests,
+        r.store_calls,
+        r.store_calls_per_request,
+        r.deny_hits,
+        r.lease_spent,
+        r.lease_blocked,
+        r.lease_calls,
+        r.leased_units,
+        r.returned_units,
     )
 }
 
 /// The per-rule CSV, with run-level columns repeated on each row.
 pub fn summary_csv(r: &Report) -> String {
     let mut out = format!(
-        "scenario,seed,ship_interval_ms,{RULES_CSV_HEADER},gossip_bytes_per_s,gossip_deferred,store_calls_per_request,converged_after_s\n"
+        "scenario,seed,ship_interval_ms,{RULES_CSV_HEADER},gossip_bytes_per_s,gossip_deferred,store_calls_per_request,expired_units,give_backs_failed,converged_after_s\n"
     );
     let conv = r
         .heals
@@ -585,7 +747,7 @@ pub fn summary_csv(r: &Report) -> String {
     for rule in &r.rules {
         let _ = writeln!(
             out,
-            "{},{},{},{},{:.1},{},{:.4},{}",
+            "{},{},{},{},{:.1},{},{:.4},{},{},{}",
             r.scenario,
             r.seed,
             trim(r.ship_interval_ms, 3),
@@ -593,6 +755,8 @@ pub fn summary_csv(r: &Report) -> String {
             r.gossip.bytes_per_s,
             r.gossip.deferred,
             r.store_calls_per_request,
+            r.hot_keys.expired_units,
+            r.hot_keys.give_backs_failed,
             conv.map_or(String::new(), |c| trim(c, 6)),
         );
     }

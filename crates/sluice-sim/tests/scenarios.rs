@@ -55,6 +55,27 @@ fn same_scenario_and_seed_give_identical_output() {
     let c = run(&sc, sc.seed + 1, &mut |_| {});
     assert_ne!(report::table(&a), report::table(&c), "the seed matters");
     assert!(report::table(&a).contains(&format!("seed {}", sc.seed)));
+    // The hot-key scenarios: a layer per daemon, sweeps, give-backs (the layer's maps are
+    // iterated in an order of their own; the engine must not let it show).
+    for (name, params) in [
+        ("hot-deny-10x.toml", &[("duration_s", "30")][..]),
+        ("hot-deny-50x.toml", &[("duration_s", "30")][..]),
+        (
+            "hot-deny-50x.toml",
+            &[
+                ("duration_s", "30"),
+                ("rules.hot.hot_keys.deny_cache", "false"),
+            ][..],
+        ),
+        (
+            "hot-lease.toml",
+            &[("duration_s", "4"), ("measure.warmup_s", "1")][..],
+        ),
+    ] {
+        let (sc, a) = sim(name, params);
+        let b = run(&sc, sc.seed, &mut |_| {});
+        assert_eq!(render(&sc, &a), render(&sc, &b), "{name} {params:?}");
+    }
 }
 
 #[test]
@@ -240,7 +261,16 @@ fn the_scale_scenario_loads_and_runs_shortened() {
         ],
     );
     assert!(r.requests > 5_000);
-    assert!((r.store_calls_per_request - 1.0).abs() < 1e-9);
+    // One call per request planned; the deny cache (on by default) answers some refusals.
+    assert!(r.store_calls_per_request <= 1.0);
+    for rule in &r.rules {
+        assert_eq!(
+            rule.requests,
+            rule.store_calls + rule.deny_hits,
+            "{}",
+            rule.id
+        );
+    }
     assert!(r.gossip.messages > 0);
 }
 
@@ -359,4 +389,85 @@ fn per_region_delivery_keeps_the_traffic_and_the_accuracy() {
     let (_, p) = sim("partition.toml", &[("delivery", "per_region")]);
     assert!(p.gossip.cut > 0 && p.gossip.cut % p.daemons_per_region as u64 == 0);
     assert!(p.heals[0].converged_after_s.is_some());
+}
+
+#[test]
+fn the_deny_cache_decides_alike_with_a_fraction_of_the_calls() {
+    for (name, most) in [("hot-deny-10x.toml", 0.35), ("hot-deny-50x.toml", 0.08)] {
+        let (_, on) = sim(name, &[("duration_s", "30")]);
+        let (_, off) = sim(
+            name,
+            &[
+                ("duration_s", "30"),
+                ("rules.hot.hot_keys.deny_cache", "false"),
+            ],
+        );
+        let (a, b) = (rule(&on, "hot"), rule(&off, "hot"));
+        // Exact: the same requests admitted and refused, at the limit.
+        assert_eq!((a.admitted, a.denied), (b.admitted, b.denied), "{name}");
+        assert_eq!(a.over_admitted + a.false_rejections, 0, "{name}");
+        assert!(
+            (a.admitted_per_s / a.limit_per_s - 1.0).abs() < 0.05,
+            "{name}"
+        );
+        assert!(
+            a.store_calls_per_request < most,
+            "{name}: {}",
+            a.store_calls_per_request
+        );
+        assert_eq!(a.requests, a.store_calls + a.deny_hits, "{name}");
+        assert_eq!(b.store_calls_per_request, 1.0, "{name}");
+        assert_eq!(b.deny_hits, 0, "{name}");
+    }
+}
+
+#[test]
+fn leases_keep_a_huge_key_at_its_limit_with_few_calls() {
+    let params = [("duration_s", "6"), ("measure.warmup_s", "1")];
+    let (_, leased) = sim("hot-lease.toml", &params);
+    let (_, plain) = sim(
+        "hot-lease.toml",
+        &[
+            params[0],
+            params[1],
+            ("rules.huge.hot_keys.lease", "off"),
+            ("rules.under.hot_keys.lease", "off"),
+            ("rules.ordinary.hot_keys.lease", "off"),
+        ],
+    );
+    let (huge, exact) = (rule(&leased, "huge"), rule(&plain, "huge"));
+    // Never more than an exact store call per request admits; less by at most the units
+    // the ten daemons hold (10 x 500).
+    assert!(
+        huge.admitted <= exact.admitted,
+        "{} > {}",
+        huge.admitted,
+        exact.admitted
+    );
+    assert!(exact.admitted - huge.admitted <= 5_000);
+    assert_eq!(huge.over_admitted, 0);
+    assert!(huge.lease_calls > 0 && huge.lease_spent > 0);
+    assert!(
+        huge.store_calls_per_request < 0.05,
+        "{}",
+        huge.store_calls_per_request
+    );
+    // Under its limit: everything admitted, through leases.
+    let under = rule(&leased, "under");
+    assert_eq!(under.denied, 0);
+    assert_eq!(under.admitted, rule(&plain, "under").admitted);
+    assert!(
+        under.store_calls_per_request < 0.05,
+        "{}",
+        under.store_calls_per_request
+    );
+    // Ordinary keys are not hot: a store call each, no lease.
+    let ordinary = rule(&leased, "ordinary");
+    assert_eq!(ordinary.lease_calls, 0);
+    assert_eq!(ordinary.store_calls, ordinary.requests);
+    // What was not spent went back: at the latest when the run ends.
+    let h = &leased.hot_keys;
+    assert!(h.returned_units > 0 && h.returned_units <= h.leased_units);
+    assert!(h.give_backs + h.give_backs_moot > 0);
+    assert_eq!(h.give_backs_failed, 0);
 }
