@@ -396,7 +396,7 @@ fn parse_domain(doc: &Value, problems: &mut Vec<Problem>) -> Option<Domain> {
 }
 
 /// Field access that records a problem for every missing, mistyped or unknown field.
-struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     at: String,
     obj: &'a Map<String, Value>,
     used: HashSet<&'static str>,
@@ -413,7 +413,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn bad(&mut self, field: &str, message: impl Into<String>) {
+    pub(crate) fn bad(&mut self, field: &str, message: impl Into<String>) {
         self.problems.push(Problem {
             at: self.at.clone(),
             field: field.into(),
@@ -860,7 +860,7 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
         }
         None => None,
     };
-    let hot_keys = hot_keys_block(&mut f, hot_keys_v, params.as_ref());
+    let hot_keys = crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref());
     f.finish();
     if problems.len() > before {
         return None;
@@ -881,126 +881,6 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
         hot_keys: hot_keys?,
         source: v.clone(),
     })
-}
-
-/// The `hot_keys` block: `deny_cache: bool`, `lease: off | auto | N`, `split: N`.
-fn hot_keys_block(
-    f: &mut Fields<'_>,
-    v: Option<&Value>,
-    params: Option<&Params>,
-) -> Option<crate::hotkeys::HotKeys> {
-    use crate::hotkeys::split::{self, MAX_SPLIT, split_refusal};
-    use crate::hotkeys::{HotKeys, LeaseMode, lease_refusal};
-    let mut hk = HotKeys::default();
-    let Some(v) = v else { return Some(hk) };
-    let Some(obj) = v.as_object() else {
-        f.bad("hot_keys", format!("expected a mapping, got {v}"));
-        return None;
-    };
-    let mut ok = true;
-    for (k, val) in obj {
-        match (k.as_str(), val) {
-            ("deny_cache", Value::Bool(b)) => hk.deny_cache = *b,
-            ("deny_cache", other) => {
-                f.bad(
-                    "hot_keys.deny_cache",
-                    format!("expected true or false, got {other}"),
-                );
-                ok = false;
-            }
-            ("lease", Value::String(s)) if s == "off" => hk.lease = LeaseMode::Off,
-            ("lease", Value::Bool(false)) => hk.lease = LeaseMode::Off,
-            ("lease", Value::String(s)) if s == "auto" => hk.lease = LeaseMode::Auto,
-            ("lease", Value::Number(n))
-                if n.as_u64().is_some_and(|n| (1..=MAX_LIMIT).contains(&n)) =>
-            {
-                hk.lease = LeaseMode::Batch(n.as_u64().unwrap_or(1));
-            }
-            ("lease", other) => {
-                f.bad(
-                    "hot_keys.lease",
-                    format!("expected off, auto or a batch of 1 to {MAX_LIMIT} units, got {other}"),
-                );
-                ok = false;
-            }
-            ("split", Value::Number(n))
-                if n.as_u64()
-                    .is_some_and(|n| (1..=u64::from(MAX_SPLIT)).contains(&n)) =>
-            {
-                hk.split = n.as_u64().map_or(1, |n| n as u32);
-            }
-            ("split", other) => {
-                f.bad(
-                    "hot_keys.split",
-                    format!("expected a number of sub-counts from 1 to {MAX_SPLIT}, got {other}"),
-                );
-                ok = false;
-            }
-            (other, _) => {
-                f.bad(
-                    &format!("hot_keys.{other}"),
-                    "unknown field (deny_cache | lease | split)",
-                );
-                ok = false;
-            }
-        }
-    }
-    if hk.lease != LeaseMode::Off
-        && let Some(p) = params
-    {
-        if let Some(why) = lease_refusal(p.kind()) {
-            f.bad(
-                "hot_keys.lease",
-                format!("not defined for {}: {why}", p.kind().name()),
-            );
-            ok = false;
-        } else if let LeaseMode::Batch(n) = hk.lease
-            && n > split::smallest_capacity(p, hk.split)
-        {
-            let what = if hk.split > 1 {
-                format!(
-                    "the smallest sub-count's capacity of {} split {} ways",
-                    p.limit(),
-                    hk.split
-                )
-            } else {
-                "the rule's capacity".to_string()
-            };
-            f.bad(
-                "hot_keys.lease",
-                format!(
-                    "a batch of {n} is more than {what} ({}): it could never be granted",
-                    split::smallest_capacity(p, hk.split)
-                ),
-            );
-            ok = false;
-        }
-    }
-    if hk.split > 1
-        && let Some(p) = params
-    {
-        if let Some(why) = split_refusal(p.kind()) {
-            f.bad(
-                "hot_keys.split",
-                format!("not defined for {}: {why}", p.kind().name()),
-            );
-            ok = false;
-        } else if let Some(problem) = split_leaves_zero(p, hk.split) {
-            f.bad("hot_keys.split", problem);
-            ok = false;
-        }
-    }
-    ok.then_some(hk)
-}
-
-/// Why splitting `params` `of` ways leaves a sub-count with 0 of a number, or `None`.
-fn split_leaves_zero(params: &Params, of: u32) -> Option<String> {
-    let (name, v) = crate::hotkeys::split::numbers(params)
-        .into_iter()
-        .find(|&(_, v)| v < u64::from(of))?;
-    Some(format!(
-        "{of} sub-counts need {name} of at least {of}, got {v}: a sub-count would have 0"
-    ))
 }
 
 fn override_(
@@ -1093,7 +973,8 @@ fn override_(
                     source: Value::Null,
                 };
                 if split > 1
-                    && let Some(problem) = split_leaves_zero(&ours.apply(&r.params), split)
+                    && let Some(problem) =
+                        crate::hotkeys::config::split_leaves_zero(&ours.apply(&r.params), split)
                 {
                     f.bad(
                         if bucket { "rate_per_s" } else { "limit" },

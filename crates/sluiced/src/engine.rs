@@ -394,7 +394,7 @@ impl Engine {
         i: usize,
         version: u64,
     ) -> Result<sluice_core::batch::CallResult, StoreError> {
-        use sluice_core::hotkeys::{CallPolicy, Next, Route, Sent, with_cost};
+        use sluice_core::hotkeys::{CallPolicy, Next, Route, Sent};
         let pc = &p.calls[i];
         let policy = CallPolicy::of(p, i);
         if policy == CallPolicy::default() {
@@ -404,8 +404,6 @@ impl Engine {
         let first = hot.lock(shard).route(pc, policy, version);
         let mut sent = match first {
             Route::Local(r) => return Ok(r),
-            Route::Store => Sent::Plain,
-            Route::Lease { batch } => Sent::Lease { batch },
             Route::Wait => {
                 // Registered, then routed again: a lease answered in between still wakes us.
                 let woken = hot.wake(shard).notified();
@@ -414,27 +412,23 @@ impl Engine {
                 let again = hot.lock(shard).route(pc, policy, version);
                 match again {
                     Route::Local(r) => return Ok(r),
-                    Route::Store => Sent::Plain,
-                    Route::Lease { batch } => Sent::Lease { batch },
                     Route::Wait => {
                         // Once: a lease call slower than the deadline is as good as failed.
                         let _ = tokio::time::timeout(self.store_timeout, woken).await;
                         let last = hot.lock(shard).route(pc, policy, version);
                         match last {
                             Route::Local(r) => return Ok(r),
-                            Route::Lease { batch } => Sent::Lease { batch },
-                            Route::Store | Route::Wait => Sent::Plain,
+                            ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),
                         }
                     }
+                    ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),
                 }
             }
+            ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),
         };
         loop {
             let lease = LeaseInFlight::new(hot, shard, pc, sent);
-            let r = match sent {
-                Sent::Plain => self.call_store(&pc.call).await,
-                Sent::Lease { batch } => self.call_store(&with_cost(&pc.call, batch)).await,
-            };
+            let r = self.call_store(&sent.call(&pc.call)).await;
             let next = match r {
                 Ok(r) if !sluice_core::hotkeys::Layer::wants(sent, &r) => return Ok(r),
                 Ok(r) => {

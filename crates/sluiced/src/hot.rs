@@ -103,6 +103,9 @@ impl HotKeys {
             t.leased_units += st.leased_units;
             t.returned_units += st.returned_units;
             t.expired_units += st.expired_units;
+            t.samples += st.samples;
+            t.sample_skipped += st.sample_skipped;
+            t.sample_blocked += st.sample_blocked;
             deny += l.deny_entries();
             leases += l.lease_entries();
         }
@@ -113,7 +116,7 @@ impl HotKeys {
 impl crate::metrics::Exporter for HotKeys {
     fn render(&self, out: &mut String) {
         let (t, deny, leases) = self.totals();
-        let series: [(&str, &str, &str, u64); 12] = [
+        let series: [(&str, &str, &str, u64); 15] = [
             (
                 "sluice_deny_cache_hits_total",
                 "counter",
@@ -175,6 +178,24 @@ impl crate::metrics::Exporter for HotKeys {
                 t.expired_units,
             ),
             ("sluice_leases", "gauge", "Leases held.", leases as u64),
+            (
+                "sluice_samples_total",
+                "counter",
+                "Sampled checks sent to the store (hot_keys.sample).",
+                t.samples,
+            ),
+            (
+                "sluice_sample_skipped_total",
+                "counter",
+                "Requests answered like their key's last sample, without the store.",
+                t.sample_skipped,
+            ),
+            (
+                "sluice_sample_blocked_total",
+                "counter",
+                "Requests refused by a refused sample's block.",
+                t.sample_blocked,
+            ),
             (
                 "sluice_lease_give_back_failures_total",
                 "counter",

@@ -353,7 +353,7 @@ impl Leases {
 
 /// The answer to a request served from a lease: the last store answer, allowed, with the
 /// units this daemon still holds added to what it reports left.
-fn served(last: &CallResult, units: u64) -> CallResult {
+pub(super) fn served(last: &CallResult, units: u64) -> CallResult {
     let mut r = last.clone();
     r.allowed = true;
     for o in &mut r.outcomes {

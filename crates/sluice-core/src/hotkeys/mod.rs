@@ -27,9 +27,11 @@
 //! - [`deny`]: the deny cache; [`lease`]: leases and give-backs; [`detect`]: the sketch;
 //!   [`split`]: sub-counts, their shares and the pick.
 
+pub mod config;
 pub mod deny;
 pub mod detect;
 pub mod lease;
+pub mod sample;
 pub mod split;
 #[cfg(test)]
 mod split_tests;
@@ -44,6 +46,7 @@ use crate::time::{Micros, SECOND};
 use deny::DenyCache;
 use detect::Detector;
 use lease::{Leases, Refill};
+use sample::{Pick, Samples};
 
 /// How a rule leases units (`hot_keys.lease`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,6 +69,10 @@ pub struct HotKeys {
     pub lease: LeaseMode,
     /// Sub-counts per identity (1: not split), at most [`split::MAX_SPLIT`].
     pub split: u32,
+    /// Ask the store for 1 request in this many, at as many times its cost (1: every one).
+    pub sample: u32,
+    /// A refused sample blocks the key until its retry time.
+    pub sample_block: bool,
 }
 
 impl Default for HotKeys {
@@ -74,6 +81,8 @@ impl Default for HotKeys {
             deny_cache: true,
             lease: LeaseMode::Off,
             split: 1,
+            sample: 1,
+            sample_block: true,
         }
     }
 }
@@ -122,6 +131,17 @@ pub struct CallPolicy {
     pub deny_cache: bool,
     /// The call leases: every rule of it leases; the batch is the smallest of theirs.
     pub lease: Option<CallLease>,
+    /// The call is sampled: every rule of it samples; 1 in the smallest of their N.
+    pub sample: Option<CallSample>,
+}
+
+/// A call's sampling settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallSample {
+    /// One request in this many asks the store.
+    pub every: u64,
+    /// A refused sample blocks the key until its retry time.
+    pub block: bool,
 }
 
 /// A call's lease settings.
@@ -140,6 +160,8 @@ impl CallPolicy {
         let mut deny = true;
         let mut lease: Option<CallLease> = None;
         let mut leases = true;
+        let mut sample: Option<CallSample> = None;
+        let mut samples = true;
         for (item, &ri) in pc.call.items.iter().zip(&pc.rules) {
             let rule = plan.applied[ri].rule;
             let hk = &rule.hot_keys;
@@ -176,10 +198,26 @@ impl CallPolicy {
             if item.charge_rejected || conc {
                 leases = false;
             }
+            if hk.sample <= 1 || conc {
+                samples = false;
+            } else {
+                let this = CallSample {
+                    every: u64::from(hk.sample),
+                    block: hk.sample_block,
+                };
+                sample = Some(match sample {
+                    None => this,
+                    Some(s) => CallSample {
+                        every: s.every.min(this.every),
+                        block: s.block || this.block,
+                    },
+                });
+            }
         }
         CallPolicy {
             deny_cache: deny,
             lease: if leases { lease } else { None },
+            sample: if samples { sample } else { None },
         }
     }
 }
@@ -199,6 +237,12 @@ pub enum Route {
     },
     /// A lease call for this key is already in flight: wait for it, then route again.
     Wait,
+    /// This request is its key's sample: send it with this cost (N × its own). Report the
+    /// answer with [`Sent::Sample`].
+    Sample {
+        /// Units asked for.
+        cost: u64,
+    },
 }
 
 /// What was sent for a call, reported back with its answer.
@@ -211,6 +255,34 @@ pub enum Sent {
         /// Units asked for.
         batch: u64,
     },
+    /// A sample at `cost`.
+    Sample {
+        /// Units asked for.
+        cost: u64,
+    },
+}
+
+impl Sent {
+    /// What was sent for `call`: the call itself or the call at another cost.
+    pub fn call<'c>(&self, call: &'c Call) -> std::borrow::Cow<'c, Call> {
+        match *self {
+            Sent::Plain => std::borrow::Cow::Borrowed(call),
+            Sent::Lease { batch: cost } | Sent::Sample { cost } => {
+                std::borrow::Cow::Owned(with_cost(call, cost))
+            }
+        }
+    }
+}
+
+impl From<&Route> for Option<Sent> {
+    fn from(r: &Route) -> Option<Sent> {
+        match *r {
+            Route::Store => Some(Sent::Plain),
+            Route::Lease { batch } => Some(Sent::Lease { batch }),
+            Route::Sample { cost } => Some(Sent::Sample { cost }),
+            Route::Local(_) | Route::Wait => None,
+        }
+    }
 }
 
 /// After a store answer: the request's answer, or one more lease call to send.
@@ -246,6 +318,12 @@ pub struct Stats {
     pub returned_units: u64,
     /// Units of leases dropped without a give-back (the window they were taken in ended).
     pub expired_units: u64,
+    /// Samples sent to the store.
+    pub samples: u64,
+    /// Requests answered like the last sample, without the store.
+    pub sample_skipped: u64,
+    /// Requests refused by a refused sample's block.
+    pub sample_blocked: u64,
 }
 
 /// One daemon's hot-key state (or one shard of it).
@@ -254,6 +332,7 @@ pub struct Layer {
     version: u64,
     deny: DenyCache,
     leases: Leases,
+    samples: Samples,
     detector: Detector,
     stats: Stats,
 }
@@ -272,6 +351,7 @@ impl Layer {
             version: 0,
             deny: DenyCache::new(deny_entries, seed),
             leases: Leases::new(leases, seed ^ 0x9e37_79b9_7f4a_7c15),
+            samples: Samples::new(leases, seed ^ 0x2545_f491_4f6c_dd1d),
             detector: Detector::new(),
             stats: Stats::default(),
         }
@@ -298,6 +378,7 @@ impl Layer {
         if version != self.version {
             self.version = version;
             self.deny.clear();
+            self.samples.clear();
             self.leases.retire_all(now);
         }
     }
@@ -336,6 +417,23 @@ impl Layer {
                 }
             }
         }
+        if let Some(sm) = policy.sample {
+            let h = lease::fingerprint(call);
+            return match self.samples.pick(h, call, sm.every, sm.block) {
+                Pick::Local(r) => {
+                    if r.allowed {
+                        self.stats.sample_skipped += 1;
+                    } else {
+                        self.stats.sample_blocked += 1;
+                    }
+                    Route::Local(r)
+                }
+                Pick::Sample(cost) => {
+                    self.stats.samples += 1;
+                    Route::Sample { cost }
+                }
+            };
+        }
         if policy.deny_cache
             && let Some(r) = self.deny.lookup(call)
         {
@@ -370,6 +468,12 @@ impl Layer {
                 }
                 Next::Answer(result)
             }
+            Sent::Sample { .. } => {
+                let h = lease::fingerprint(call);
+                let block = policy.sample.is_some_and(|s| s.block);
+                self.samples.sampled(h, call, &result, block);
+                Next::Answer(result)
+            }
             Sent::Lease { batch } => {
                 let h = lease::fingerprint(call);
                 match self.leases.refilled(h, call, batch, result) {
@@ -397,6 +501,7 @@ impl Layer {
     /// retired by a rule change: run it every [`lease::SWEEP`] or so.
     pub fn sweep(&mut self, now: Micros) -> Vec<GiveBack> {
         self.deny.expire(now);
+        self.samples.expire(now);
         self.detector.roll(now);
         let (back, returned, expired) = self.leases.sweep(now);
         self.count_back(returned, expired);
@@ -428,17 +533,15 @@ impl Layer {
         version: u64,
         mut send: impl FnMut(&Call) -> Option<CallResult>,
     ) -> Option<CallResult> {
-        let mut sent = match self.route(pc, policy, version) {
+        let route = self.route(pc, policy, version);
+        let mut sent = match route {
             Route::Local(r) => return Some(r),
             // Nothing is in flight in a synchronous store; a stalled refill has been given up.
-            Route::Store | Route::Wait => Sent::Plain,
-            Route::Lease { batch } => Sent::Lease { batch },
+            Route::Wait => Sent::Plain,
+            ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),
         };
         loop {
-            let r = match sent {
-                Sent::Plain => send(&pc.call),
-                Sent::Lease { batch } => send(&with_cost(&pc.call, batch)),
-            };
+            let r = send(&sent.call(&pc.call));
             let Some(r) = r else {
                 if let Sent::Lease { .. } = sent {
                     self.lease_failed(pc);

@@ -444,3 +444,73 @@ fn a_refused_lease_blocks_at_most_to_its_window_end() {
         "the new window's count, not the old one's"
     );
 }
+
+/// What sampling admits for one key at 10× its limit (1,000 requests a second against 100 a
+/// second), with and without the block, and what it asks of the store. Printed for
+/// docs/hot-keys.md (`cargo test -p sluice-core --lib sampling_admits -- --nocapture`).
+#[test]
+fn sampling_admits_about_the_limit_only_with_the_block() {
+    let rules = |block: bool| {
+        parse_yaml(&format!(
+            "domain: api\nrules:\n  - {{ id: fw, key: [k], algorithm: fixed_window, limit: 100, window: 1s, hot_keys: {{ sample: 10, sample_block: {block}, deny_cache: false }} }}\n"
+        ))
+        .expect("valid")
+    };
+    let mut figures = Vec::new();
+    for block in [true, false] {
+        let set = rules(block);
+        let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+        let mut admitted = 0u64;
+        // 10 s at one request a millisecond.
+        for i in 0..10_000u64 {
+            if check(
+                &set,
+                Some(&mut layer),
+                &mut store,
+                "k",
+                1,
+                10 * SECOND + i * MILLI,
+            ) {
+                admitted += 1;
+            }
+        }
+        println!(
+            "sample 10, block {block}: admitted {admitted} of 10,000 against a limit of 1,000; {} store calls",
+            store.calls
+        );
+        figures.push((admitted, store.calls));
+    }
+    let (with, without) = (figures[0], figures[1]);
+    assert!(with.0 <= 1_000 + 10 * 9, "with the block: {}", with.0);
+    assert!(with.0 >= 900, "with the block: {}", with.0);
+    assert!(without.0 > 5_000, "without the block: {}", without.0);
+    assert!(with.1 <= 10_000 / 10 + 10, "store calls: {}", with.1);
+}
+
+#[test]
+fn sampling_is_refused_where_it_cannot_work() {
+    for (rule, why) in [
+        (
+            "algorithm: concurrency, limit: 10, hot_keys: { sample: 2 }",
+            "concurrency",
+        ),
+        (
+            "algorithm: fixed_window, limit: 10, window: 1s, hot_keys: { sample: 20 }",
+            "capacity",
+        ),
+        (
+            "algorithm: fixed_window, limit: 100, window: 1s, hot_keys: { sample: 2, lease: 5 }",
+            "choose lease or sample",
+        ),
+        (
+            "algorithm: fixed_window, limit: 100, window: 1s, hot_keys: { sample: 0 }",
+            "expected 1 to 1000",
+        ),
+    ] {
+        let e = parse_yaml(&format!(
+            "domain: api\nrules:\n  - {{ id: r, key: [k], {rule} }}\n"
+        ))
+        .expect_err(rule);
+        assert!(e.to_string().contains(why), "{rule}: {e}");
+    }
+}
