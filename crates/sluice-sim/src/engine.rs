@@ -1167,15 +1167,12 @@ impl<'a> Sim<'a> {
 
     /// Hands give-backs to region `r`'s store, as the daemon's sweep does: each once, lost
     /// when the store is out (the daemon never resends one: it is not idempotent).
-    fn give_back(&mut self, r: usize, mut backs: Vec<GiveBack>, now: Micros) {
+    fn give_back(&mut self, r: usize, backs: Vec<GiveBack>, now: Micros) {
         if backs.is_empty() {
             return;
         }
-        // The layer lists them in its maps' order, which differs from run to run; the store's
-        // key bound makes the order of writes matter, so it is fixed here.
-        backs.sort_by(|a, b| {
-            (&a.key, a.taken_at, a.units, a.now).cmp(&(&b.key, b.taken_at, b.units, b.now))
-        });
+        // In the layer's order: its maps are keyed by a fixed seed (`Layer::new`), so the
+        // order, and the store's writes at its key bound, are the same on every rerun.
         self.replicate(r, now);
         let store_ok = now >= self.regions[r].store_down_until;
         for g in backs {
