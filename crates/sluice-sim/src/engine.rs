@@ -47,6 +47,7 @@ use sluice_core::hotkeys::{CallPolicy, Layer, lease};
 use sluice_core::merge::RemoteCounts;
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
 use sluice_core::ship::{Batch, LocalUsage, ShipEntry, message_bytes};
+use sluice_core::time::SECOND;
 use sluice_store::MemoryStore;
 use smallvec::SmallVec;
 use std::cmp::Ordering;
@@ -983,7 +984,14 @@ impl<'a> Sim<'a> {
                 });
             let after = daemon.hot.stats();
             self.metrics.store_calls += calls;
+            let sec = (now / SECOND) as usize;
             for ri in rules {
+                let per_s = &mut self.metrics.calls_per_s[ri];
+                if per_s.len() <= sec {
+                    per_s.resize(sec + 1, (0, 0));
+                }
+                per_s[sec].0 += 1;
+                per_s[sec].1 += calls;
                 let h = &mut self.metrics.hot[ri];
                 h.requests += 1;
                 h.store_calls += calls;

@@ -170,10 +170,12 @@ fn cmd_run(c: &Common) -> Result<()> {
         write_file(dir, "windows.csv", &report::windows_csv(&r))?;
         write_file(dir, "report.json", &report::json(&r))?;
         write_file(dir, "admitted.svg", &svg::admitted_plot(&r, &sc))?;
+        write_file(dir, "calls.csv", &report::calls_csv(&r))?;
+        write_file(dir, "calls.svg", &svg::calls_plot(&r, &sc))?;
         if c.format == Format::Table {
             let _ = writeln!(
                 out,
-                "\nwrote {}/summary.csv, windows.csv, report.json, admitted.svg",
+                "\nwrote {}/summary.csv, windows.csv, report.json, admitted.svg, calls.csv, calls.svg",
                 dir.display()
             );
         }
@@ -306,12 +308,18 @@ fn cmd_sweep(c: &Common, param: &str) -> Result<()> {
                 &format!("admitted-{}-{}.svg", file_safe(&name), file_safe(v)),
                 &svg::admitted_plot(r, sc),
             )?;
+            write_file(
+                dir,
+                &format!("calls-{}-{}.svg", file_safe(&name), file_safe(v)),
+                &svg::calls_plot(r, sc),
+            )?;
         }
         if c.format == Format::Table {
             let _ = writeln!(
                 out,
-                "\nwrote {}/sweep.csv, overshoot.svg and admitted-{}-*.svg",
+                "\nwrote {}/sweep.csv, overshoot.svg, admitted-{}-*.svg and calls-{}-*.svg",
                 dir.display(),
+                file_safe(&name),
                 file_safe(&name)
             );
         }

@@ -222,6 +222,9 @@ pub struct Metrics {
     pub lost_writes: u64,
     /// Per rule: what the hot-key layer did (the engine counts these).
     pub hot: Vec<HotRule>,
+    /// Per rule, per simulated second (of the requests' arrival): requests and the store
+    /// calls made for them.
+    pub calls_per_s: Vec<Vec<(u64, u64)>>,
     /// Every daemon's hot-key layer counters, summed (restarted daemons' included).
     pub layer: Stats,
     /// Give-backs the store applied (`Ok(true)`).
@@ -381,6 +384,7 @@ impl Metrics {
             local_answers: 0,
             lost_writes: 0,
             hot: vec![HotRule::default(); rules],
+            calls_per_s: vec![Vec::new(); rules],
             layer: Stats::default(),
             give_backs: 0,
             give_backs_moot: 0,
@@ -466,6 +470,15 @@ impl Metrics {
             a.lease_calls += b.lease_calls;
             a.leased_units += b.leased_units;
             a.returned_units += b.returned_units;
+        }
+        for (a, b) in self.calls_per_s.iter_mut().zip(&o.calls_per_s) {
+            if a.len() < b.len() {
+                a.resize(b.len(), (0, 0));
+            }
+            for (x, y) in a.iter_mut().zip(b) {
+                x.0 += y.0;
+                x.1 += y.1;
+            }
         }
         add_stats(&mut self.layer, &o.layer);
         self.give_backs += o.give_backs;

@@ -157,6 +157,17 @@ pub struct Series {
     pub windows: Vec<(f64, u64, u64, Vec<u64>)>,
 }
 
+/// Store calls per request over time for one rule, for calls.csv and the plot.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CallsSeries {
+    /// Rule id.
+    pub rule: String,
+    /// The rule's calls per request over the whole run.
+    pub mean: f64,
+    /// (second, requests that arrived in it, store calls made for them).
+    pub seconds: Vec<(u64, u64, u64)>,
+}
+
 /// Everything a run measured.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Report {
@@ -211,6 +222,8 @@ pub struct Report {
     pub rules: Vec<RuleReport>,
     /// Busiest counters' windows.
     pub series: Vec<Series>,
+    /// Per rule with requests: store calls per request, second by second.
+    pub calls: Vec<CallsSeries>,
 }
 
 fn secs(us: Micros) -> f64 {
@@ -359,6 +372,7 @@ pub fn build(
             series_out.push(series(sc, t));
         }
     }
+    let calls = rules_out_calls(sc, m);
     Report {
         scenario: sc.name.clone(),
         description: sc.description.clone(),
@@ -420,7 +434,33 @@ pub fn build(
             .collect(),
         rules,
         series: series_out,
+        calls,
     }
+}
+
+fn rules_out_calls(sc: &Scenario, m: &Metrics) -> Vec<CallsSeries> {
+    sc.domain()
+        .rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rule)| {
+            let h = m.hot.get(i)?;
+            if h.requests == 0 {
+                return None;
+            }
+            let per_s = m.calls_per_s.get(i)?;
+            Some(CallsSeries {
+                rule: rule.id.to_string(),
+                mean: h.store_calls as f64 / h.requests as f64,
+                seconds: per_s
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (n, _))| *n > 0)
+                    .map(|(t, (n, c))| (t as u64, *n, *c))
+                    .collect(),
+            })
+        })
+        .collect()
 }
 
 /// `1234567` → `1,234,567`.
@@ -792,11 +832,28 @@ pub fn windows_csv(r: &Report) -> String {
     out
 }
 
-/// The report as JSON (without the series, which windows.csv carries).
+/// Store calls per request second by second, per rule.
+pub fn calls_csv(r: &Report) -> String {
+    let mut out = String::from("rule,second,requests,store_calls,store_calls_per_request\n");
+    for c in &r.calls {
+        for (t, n, calls) in &c.seconds {
+            let _ = writeln!(
+                out,
+                "{},{t},{n},{calls},{:.6}",
+                c.rule,
+                *calls as f64 / (*n).max(1) as f64
+            );
+        }
+    }
+    out
+}
+
+/// The report as JSON (without the series, which windows.csv and calls.csv carry).
 pub fn json(r: &Report) -> String {
     let mut v = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
     if let Some(o) = v.as_object_mut() {
         o.remove("series");
+        o.remove("calls");
     }
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
     s.push('\n');

@@ -466,6 +466,67 @@ pub fn admitted_plot(r: &Report, sc: &Scenario) -> String {
     )
 }
 
+/// Store calls per request, second by second, one panel per rule (each on its own scale:
+/// a leased key's 0.01 beside an ordinary key's 1), with the run's mean dashed.
+pub fn calls_plot(r: &Report, sc: &Scenario) -> String {
+    let marks = event_marks(sc);
+    let minutes = r.duration_s >= 600.0;
+    let scale = if minutes { 60.0 } else { 1.0 };
+    let panels: Vec<Panel> = r
+        .calls
+        .iter()
+        .take(8)
+        .map(|c| {
+            let points: Vec<(f64, f64)> = c
+                .seconds
+                .iter()
+                .map(|(t, n, calls)| (*t as f64 / scale, *calls as f64 / (*n).max(1) as f64))
+                .collect();
+            let x_end = c.seconds.last().map(|(t, _, _)| (*t as f64 + 1.0) / scale);
+            let mean = points.iter().map(|p| (p.0, c.mean)).collect();
+            Panel {
+                title: format!(
+                    "{} · {} calls per request over the run",
+                    c.rule,
+                    trim(c.mean, 4)
+                ),
+                x_label: if minutes {
+                    "simulated time (min)".into()
+                } else {
+                    "simulated time (s)".into()
+                },
+                y_label: "store calls per request".into(),
+                series: vec![
+                    Series {
+                        name: "per second".into(),
+                        points,
+                        color: "#111".into(),
+                        width: 2.0,
+                        dash: None,
+                        style: Style::Steps,
+                    },
+                    Series {
+                        name: "whole run".into(),
+                        points: mean,
+                        color: PALETTE[0].into(),
+                        width: 1.5,
+                        dash: Some("6,4"),
+                        style: Style::Steps,
+                    },
+                ],
+                log_x: false,
+                marks: marks.iter().map(|(t, l)| (t / scale, l.clone())).collect(),
+                x_end,
+                y_floor: 0.0,
+            }
+        })
+        .collect();
+    render(
+        &format!("{} — store calls per request (seed {})", r.scenario, r.seed),
+        &panels,
+    )
+}
+
 /// Overshoot against a swept parameter: max and p99 per global rule, with the limit line.
 pub fn sweep_plot(param: &str, rows: &[(f64, Report)]) -> String {
     let Some((_, first)) = rows.first() else {

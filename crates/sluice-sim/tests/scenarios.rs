@@ -42,7 +42,9 @@ fn render(sc: &Scenario, r: &Report) -> String {
         report::json(r),
         report::summary_csv(r),
         report::windows_csv(r),
+        report::calls_csv(r),
         svg::admitted_plot(r, sc),
+        svg::calls_plot(r, sc),
     ]
     .concat()
 }
@@ -99,7 +101,14 @@ fn the_cli_output_is_byte_identical_across_runs() {
         let mut files = vec![
             String::from_utf8_lossy(&out.stdout).replace(&dir.to_string_lossy().to_string(), "DIR"),
         ];
-        for f in ["summary.csv", "windows.csv", "report.json", "admitted.svg"] {
+        for f in [
+            "summary.csv",
+            "windows.csv",
+            "report.json",
+            "admitted.svg",
+            "calls.csv",
+            "calls.svg",
+        ] {
             files.push(std::fs::read_to_string(dir.join(f)).expect("written"));
         }
         outputs.push(files);
