@@ -2,9 +2,11 @@
 //! same core code the daemon runs.
 //!
 //! Per request: `sluice_core::decision::plan` (matching, one call per identity, the remote
-//! figure from this daemon's `sluice_core::merge::RemoteCounts`), the calls answered by the
-//! region's `sluice_store::MemoryStore::check_sync` (or a daemon's local bucket when the store
-//! is out, through `Plan::fallback`), then `Plan::decide`. The decision's outcomes feed the
+//! figure from this daemon's `sluice_core::merge::RemoteCounts`), each call through the
+//! daemon's `sluice_core::hotkeys::Layer::call_sync` (answered by the layer, or by the
+//! region's `sluice_store::MemoryStore::check_sync`, or by a daemon's local bucket when the
+//! store is out, through `Plan::fallback`), then `Plan::decide`. Every `lease::SWEEP` a
+//! daemon's layer sweeps, and its give-backs go to the store (`give_back_sync`). The decision's outcomes feed the
 //! daemon's `sluice_core::ship::LocalUsage`, which every ship interval selects what to send;
 //! receivers merge it into their `RemoteCounts`. Nothing here decides anything itself: it
 //! only moves time, messages and calls around, and counts.

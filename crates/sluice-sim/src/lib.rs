@@ -5,9 +5,10 @@
 //! only worth something because it runs the *same* code as the daemon: matching, planning and
 //! deciding (`sluice_core::decision`), the algorithms and the atomic multi-rule store call
 //! (`sluice_store::MemoryStore::check_sync`, one store per region shared by its daemons, as
-//! they share a Redis), the merge of remote counts (`sluice_core::merge`) and the busy-key
-//! selection of the shipper (`sluice_core::ship`). Only time, the network and the stores'
-//! latency and failures are modelled.
+//! they share a Redis), the merge of remote counts (`sluice_core::merge`), the busy-key
+//! selection of the shipper (`sluice_core::ship`) and the hot-key layer in front of the store
+//! (`sluice_core::hotkeys::Layer`, one per daemon: deny cache, leases, give-backs). Only time,
+//! the network and the stores' latency and failures are modelled.
 //!
 //! # Layout
 //!
