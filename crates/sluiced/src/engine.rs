@@ -405,23 +405,29 @@ impl Engine {
         let mut sent = match first {
             Route::Local(r) => return Ok(r),
             Route::Wait => {
-                // Registered, then routed again: a lease answered in between still wakes us.
-                let woken = hot.wake(shard).notified();
-                tokio::pin!(woken);
-                woken.as_mut().enable();
-                let again = hot.lock(shard).route(pc, policy, version);
-                match again {
-                    Route::Local(r) => return Ok(r),
-                    Route::Wait => {
-                        // Once: a lease call slower than the deadline is as good as failed.
-                        let _ = tokio::time::timeout(self.store_timeout, woken).await;
-                        let last = hot.lock(shard).route(pc, policy, version);
-                        match last {
-                            Route::Local(r) => return Ok(r),
-                            ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),
+                // Through as many lease calls as it takes (a batch spent before our turn means
+                // wait for the next one, not a store call of our own), for at most the store
+                // deadline in all: a lease call slower than that is as good as failed.
+                let deadline = tokio::time::Instant::now() + self.store_timeout;
+                loop {
+                    // Registered, then routed again: a lease answered in between still wakes us.
+                    let woken = hot.wake(shard).notified();
+                    tokio::pin!(woken);
+                    woken.as_mut().enable();
+                    let again = hot.lock(shard).route(pc, policy, version);
+                    match again {
+                        Route::Local(r) => return Ok(r),
+                        Route::Wait => {
+                            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                                let last = hot.lock(shard).route(pc, policy, version);
+                                break match last {
+                                    Route::Local(r) => return Ok(r),
+                                    ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),
+                                };
+                            }
                         }
+                        ref r => break Option::<Sent>::from(r).unwrap_or(Sent::Plain),
                     }
-                    ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),
                 }
             }
             ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),

@@ -27,6 +27,8 @@ enum Act {
     Fail(StoreError),
     /// Never answer.
     Hang,
+    /// Answer from the in-memory store after this long.
+    Slow(Duration),
 }
 
 /// A store that answers as told per identity (`k` descriptor value), places identities whose
@@ -80,6 +82,10 @@ impl Store for Scripted {
                 Act::Answer => self.inner.check_sync(call),
                 Act::Fail(e) => Err(e),
                 Act::Hang => std::future::pending().await,
+                Act::Slow(d) => {
+                    tokio::time::sleep(d).await;
+                    self.inner.check_sync(call)
+                }
             }
         })
     }
@@ -427,4 +433,25 @@ async fn cached_refusals_hold_through_an_outage_until_they_expire() {
         "asked the store once the entry expired"
     );
     assert_eq!((d.code, d.policies[0].via), (Code::Ok, Via::FailedOpen));
+}
+
+/// Requests that find a lease call in flight wait for it, and when its batch is spent before
+/// their turn, for the next one: they go to the store themselves only past the store
+/// deadline. 100 requests at once on a key leasing 10 at a time take 10 lease calls and are
+/// all admitted. Sending the ones a batch did not reach as plain calls (what a single wait
+/// did) cost 91 store calls for them, the flood leasing is there to stop, and refused 9
+/// under the limit (their units were in a lease).
+#[tokio::test]
+async fn waiters_for_a_lease_wait_for_the_next_batch_not_the_store() {
+    let store = Scripted::new();
+    let clock = Arc::new(ManualClock::new(3_600 * SECOND));
+    let e = hot_engine(store.clone(), clock);
+    store.set("w", Act::Slow(Duration::from_millis(5)));
+    let all = futures_util::future::join_all((0..100).map(|_| check(&e, "leased", "w"))).await;
+    let ok = all.iter().filter(|d| d.code == Code::Ok).count();
+    assert_eq!(
+        (store.received(), ok),
+        (10, 100),
+        "(store calls, admitted): one lease call per 10 requests, all within the limit"
+    );
 }
