@@ -1002,6 +1002,9 @@ impl<'a> Sim<'a> {
                 h.lease_blocked += after.lease_blocked - before.lease_blocked;
                 h.lease_calls += after.lease_calls - before.lease_calls;
                 h.leased_units += after.leased_units - before.leased_units;
+                h.samples += after.samples - before.samples;
+                h.sample_skipped += after.sample_skipped - before.sample_skipped;
+                h.sample_blocked += after.sample_blocked - before.sample_blocked;
             }
             match res {
                 Some(result) => answers.push(Answer::Done(result)),

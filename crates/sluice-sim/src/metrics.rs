@@ -184,6 +184,12 @@ pub struct HotRule {
     pub leased_units: u64,
     /// Units in give-backs to the rule's keys (handed to the store).
     pub returned_units: u64,
+    /// Samples sent (`hot_keys.sample`).
+    pub samples: u64,
+    /// Requests answered like the last sample.
+    pub sample_skipped: u64,
+    /// Requests refused by a refused sample's block.
+    pub sample_blocked: u64,
 }
 
 /// Bins of 0.001 up to a ratio of 10.
@@ -248,6 +254,9 @@ pub fn add_stats(sum: &mut Stats, s: &Stats) {
     sum.leased_units += s.leased_units;
     sum.returned_units += s.returned_units;
     sum.expired_units += s.expired_units;
+    sum.samples += s.samples;
+    sum.sample_skipped += s.sample_skipped;
+    sum.sample_blocked += s.sample_blocked;
 }
 
 /// Counter ids by store key: the engine numbers counters as it meets them, so the thread
@@ -470,6 +479,9 @@ impl Metrics {
             a.lease_calls += b.lease_calls;
             a.leased_units += b.leased_units;
             a.returned_units += b.returned_units;
+            a.samples += b.samples;
+            a.sample_skipped += b.sample_skipped;
+            a.sample_blocked += b.sample_blocked;
         }
         for (a, b) in self.calls_per_s.iter_mut().zip(&o.calls_per_s) {
             if a.len() < b.len() {

@@ -75,6 +75,12 @@ pub struct RuleReport {
     pub leased_units: u64,
     /// Leased units given back to the store unspent.
     pub returned_units: u64,
+    /// Samples sent (`hot_keys.sample`).
+    pub samples: u64,
+    /// Requests answered like the last sample.
+    pub sample_skipped: u64,
+    /// Requests refused by a refused sample's block.
+    pub sample_blocked: u64,
 }
 
 /// The hot-key layers of every daemon, summed (`sluice_core::hotkeys::Layer::stats`).
@@ -104,6 +110,12 @@ pub struct HotKeysReport {
     pub give_backs_moot: u64,
     /// Give-backs lost: the store was out.
     pub give_backs_failed: u64,
+    /// Samples sent.
+    pub samples: u64,
+    /// Requests answered like the last sample.
+    pub sample_skipped: u64,
+    /// Requests refused by a refused sample's block.
+    pub sample_blocked: u64,
 }
 
 /// Gossip measures.
@@ -319,6 +331,9 @@ fn rule_report(sc: &Scenario, m: &Metrics, i: usize) -> RuleReport {
         lease_calls: h.lease_calls,
         leased_units: h.leased_units,
         returned_units: h.returned_units,
+        samples: h.samples,
+        sample_skipped: h.sample_skipped,
+        sample_blocked: h.sample_blocked,
     }
 }
 
@@ -411,6 +426,9 @@ pub fn build(
             give_backs: m.give_backs,
             give_backs_moot: m.give_backs_moot,
             give_backs_failed: m.give_backs_failed,
+            samples: m.layer.samples,
+            sample_skipped: m.layer.sample_skipped,
+            sample_blocked: m.layer.sample_blocked,
         },
         gossip: GossipReport {
             bytes_per_s: g.bytes as f64 / dur,
@@ -591,6 +609,9 @@ fn hot_rows(rules: &[RuleReport]) -> Vec<Vec<String>> {
             "lease calls",
             "leased",
             "returned",
+            "samples",
+            "sample skipped",
+            "sample blocked",
             "admitted/s",
             "limit/s per key",
         ]
@@ -610,6 +631,9 @@ fn hot_rows(rules: &[RuleReport]) -> Vec<Vec<String>> {
             thousands(r.lease_calls),
             thousands(r.leased_units),
             thousands(r.returned_units),
+            thousands(r.samples),
+            thousands(r.sample_skipped),
+            thousands(r.sample_blocked),
             thousands(r.admitted_per_s.round() as u64),
             trim(r.limit_per_s, 3),
         ]);
@@ -651,7 +675,7 @@ pub fn table(r: &Report) -> String {
     let h = &r.hot_keys;
     let _ = writeln!(
         out,
-        "hot keys (every daemon): {} deny hits · {} refusals cached ({} not: full) · {} lease calls · {} units leased, {} given back, {} expired · {} give-backs applied, {} moot, {} lost",
+        "hot keys (every daemon): {} deny hits · {} refusals cached ({} not: full) · {} lease calls · {} units leased, {} given back, {} expired · {} give-backs applied, {} moot, {} lost · {} samples, {} answered like one, {} blocked",
         thousands(h.deny_hits),
         thousands(h.deny_inserts),
         thousands(h.deny_full),
@@ -662,6 +686,9 @@ pub fn table(r: &Report) -> String {
         thousands(h.give_backs),
         thousands(h.give_backs_moot),
         thousands(h.give_backs_failed),
+        thousands(h.samples),
+        thousands(h.sample_skipped),
+        thousands(h.sample_blocked),
     );
     out.push('\n');
     let g = &r.gossip;
@@ -736,12 +763,12 @@ pub fn table(r: &Report) -> String {
 }
 
 /// Header of the per-rule CSV.
-pub const RULES_CSV_HEADER: &str = "rule,scope,algorithm,allowed_per_window,window_s,counters,windows,contested_windows,overshoot_max,overshoot_p99,overshoot_mean,excess_units,demand,admitted,denied,false_rejections,false_rejection_pct,over_admitted,admitted_per_s,limit_per_s,requests,rule_store_calls,rule_store_calls_per_request,deny_hits,lease_spent,lease_blocked,lease_calls,leased_units,returned_units";
+pub const RULES_CSV_HEADER: &str = "rule,scope,algorithm,allowed_per_window,window_s,counters,windows,contested_windows,overshoot_max,overshoot_p99,overshoot_mean,excess_units,demand,admitted,denied,false_rejections,false_rejection_pct,over_admitted,admitted_per_s,limit_per_s,requests,rule_store_calls,rule_store_calls_per_request,deny_hits,lease_spent,lease_blocked,lease_calls,leased_units,returned_units,samples,sample_skipped,sample_blocked";
 
 /// One CSV row of a rule (no newline).
 pub fn rule_csv(r: &RuleReport) -> String {
     format!(
-        "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{},{:.4},{},{:.3},{},{},{},{:.6},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{},{:.4},{},{:.3},{},{},{},{:.6},{},{},{},{},{},{},{},{},{}",
         r.id,
         r.scope,
         r.algorithm,
@@ -771,6 +798,9 @@ pub fn rule_csv(r: &RuleReport) -> String {
         r.lease_calls,
         r.leased_units,
         r.returned_units,
+        r.samples,
+        r.sample_skipped,
+        r.sample_blocked,
     )
 }
 
