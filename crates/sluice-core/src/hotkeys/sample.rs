@@ -9,7 +9,7 @@
 //! the block (`sample_block: false`) a key over its limit still gets N − 1 in N admitted;
 //! docs/hot-keys.md has both figures.
 
-use super::deny::{MAX_HOLD, aged};
+use super::deny::{MAX_HOLD, aged, window_end};
 use super::lease::served;
 use crate::batch::{Call, CallResult};
 use crate::hash::{Keyed, KeyedMap};
@@ -20,6 +20,8 @@ struct Sampled {
     seen: u64,
     last: Option<CallResult>,
     answered_at: Micros,
+    /// The last sample speaks for its window's counts until then (a window rule's end).
+    valid_until: Micros,
     blocked_until: Micros,
     last_used: Micros,
 }
@@ -79,6 +81,7 @@ impl Samples {
             seen: 0,
             last: None,
             answered_at: now,
+            valid_until: 0,
             blocked_until: 0,
             last_used: now,
         });
@@ -90,11 +93,12 @@ impl Samples {
             return Pick::Local(aged(last, now.saturating_sub(s.answered_at)));
         }
         s.seen += 1;
+        let fresh = now < s.valid_until;
         match &s.last {
-            Some(last) if s.seen % every != 1 && every > 1 && last.allowed => {
+            Some(last) if fresh && s.seen % every != 1 && every > 1 && last.allowed => {
                 Pick::Local(served(last, 0))
             }
-            Some(last) if s.seen % every != 1 && every > 1 && !block => {
+            Some(last) if fresh && s.seen % every != 1 && every > 1 && !block => {
                 // Without the block an unsampled request passes even after a refusal.
                 Pick::Local(served(last, 0))
             }
@@ -109,6 +113,9 @@ impl Samples {
     pub fn sampled(&mut self, h: u64, call: &Call, result: &CallResult, block: bool) {
         let now = call.now;
         if let Some(s) = self.map.get_mut(&h) {
+            // A window rule's answer is its window's: never repeated past the window's end.
+            let window = window_end(call, result);
+            s.valid_until = now.saturating_add(window);
             if !result.allowed && block {
                 let wait = call
                     .items
@@ -118,7 +125,8 @@ impl Samples {
                     .map(|(_, o)| o.retry_after)
                     .max()
                     .unwrap_or(0)
-                    .min(MAX_HOLD);
+                    .min(MAX_HOLD)
+                    .min(window);
                 s.blocked_until = now + wait;
             }
             s.last = Some(result.clone());

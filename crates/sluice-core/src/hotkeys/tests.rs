@@ -514,3 +514,23 @@ fn sampling_is_refused_where_it_cannot_work() {
         assert!(e.to_string().contains(why), "{rule}: {e}");
     }
 }
+
+/// A sample's answer is its window's: answers repeated from it end with the window, so the
+/// new window's first request is a sample and reports the new window's count (the usage the
+/// shipper sends to other regions; found by the simulator for the deny cache and leases).
+#[test]
+fn a_sample_ends_with_its_window() {
+    let set = parse_yaml(
+        "domain: api\nrules:\n  - { id: sw, key: [k], algorithm: fixed_window, limit: 100, window: 1s, hot_keys: { sample: 10, deny_cache: false } }\n",
+    )
+    .expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+    let t = 10 * SECOND + 900 * MILLI;
+    for _ in 0..11 {
+        assert!(answer(&set, &mut layer, &mut store, "k", t).allowed);
+    }
+    assert_eq!(store.calls, 2, "two samples of 10");
+    let next = answer(&set, &mut layer, &mut store, "k", 11 * SECOND);
+    assert_eq!(store.calls, 3, "sampled in the new window");
+    assert_eq!(next.outcomes[0].usage, 10, "the new window's count");
+}
