@@ -896,20 +896,21 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
     // Rarely at Redis: about two calls a batch (one granted, one refused and blocking for
     // the batch's time), plus the requests before the sketch saw the key hot. With `auto`'s
     // batch of 1% of the rate that is ~200 calls a second whatever the rate, so the share of
-    // requests falls as the rate rises: 2% or less from 10,000 requests/s.
+    // requests falls as the rate rises: 2% or less from about 12,500 requests/s (a release
+    // daemon here serves ~16,000/s closed loop and this offers half; a debug one ~4,500/s).
     assert!(
         h.checks <= 2 * admitted / batch + 300,
         "{} checks for {admitted} admitted in batches of {batch}",
         h.checks
     );
-    if served >= 10_000.0 {
+    if served >= 12_500.0 {
         assert!(
             hot_calls as f64 <= 0.02 * hot_requests as f64,
             "{hot_calls} of {hot_requests} hot requests reached Redis"
         );
     } else {
         eprintln!(
-            "(the 2% share is asserted from 10,000 requests/s; this run served {served:.0}/s)"
+            "(the 2% share is asserted from 12,500 requests/s; this run served {served:.0}/s)"
         );
     }
     // The ordinary keys: every request one store call, none leased or cached.
