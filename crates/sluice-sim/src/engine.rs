@@ -871,6 +871,8 @@ impl<'a> Sim<'a> {
         let t = self.now;
         let sc = self.sc;
         let domain = self.domain;
+        // Unique per request, as a daemon's are: a split rule picks its sub-count from it.
+        let request_id = (self.seq + 1).to_string();
         let tg = &mut self.gens[g];
         match tg.arrive(&self.up) {
             None => self.metrics.no_region += 1,
@@ -878,7 +880,7 @@ impl<'a> Sim<'a> {
                 let cost = tg.cfg.cost;
                 let region = &mut self.regions[r];
                 let remote = &region.daemons[view(sc, d)].remote;
-                let p = plan(domain, tg.descriptors(k), t, cost, "", |a| {
+                let p = plan(domain, tg.descriptors(k), t, cost, &request_id, |a| {
                     remote.remote_for(&a.key, &a.params, t)
                 });
                 if p.calls.is_empty() {
@@ -1077,7 +1079,16 @@ impl<'a> Sim<'a> {
             let id = match cached.iter().find(|(t, _)| *t == tag) {
                 Some(&(_, id)) => id,
                 None => {
-                    let (id, new) = self.index.id(ri, region, &a.key, &a.params);
+                    // A split rule's truth is the whole key's: its sub-counts add up to it.
+                    let (id, new) = match &a.split {
+                        Some(sp) => {
+                            let (whole, _) = sluice_core::keys::split_identity(&a.identity);
+                            let key =
+                                sluice_core::keys::store_key(whole, &a.rule.id, sp.whole.kind());
+                            self.index.id(ri, region, &key, &sp.whole)
+                        }
+                        None => self.index.id(ri, region, &a.key, &a.params),
+                    };
                     if let Some(new) = new {
                         self.pipe.send(Rec::Truth(new));
                     }

@@ -73,6 +73,8 @@ fn same_scenario_and_seed_give_identical_output() {
             "hot-lease.toml",
             &[("duration_s", "4"), ("measure.warmup_s", "1")][..],
         ),
+        ("hot-sample.toml", &[("duration_s", "10")][..]),
+        ("hot-split.toml", &[("duration_s", "10")][..]),
     ] {
         let (sc, a) = sim(name, params);
         let b = run(&sc, sc.seed, &mut |_| {});
@@ -479,4 +481,58 @@ fn leases_keep_a_huge_key_at_its_limit_with_few_calls() {
     assert!(h.returned_units > 0 && h.returned_units <= h.leased_units);
     assert!(h.give_backs + h.give_backs_moot > 0);
     assert_eq!(h.give_backs_failed, 0);
+}
+
+/// A split key is held to its whole limit: the ground truth counts the whole key, which its
+/// sub-counts add up to, and offered twice the limit it admits the limit, never more. What
+/// splitting costs shows as refusals while other sub-counts had room.
+#[test]
+fn a_split_key_admits_its_limit() {
+    let (_, split) = sim("hot-split.toml", &[("duration_s", "20")]);
+    let (_, whole) = sim(
+        "hot-split.toml",
+        &[("duration_s", "20"), ("rules.hot.hot_keys.split", "1")],
+    );
+    let (a, b) = (rule(&split, "hot"), rule(&whole, "hot"));
+    assert_eq!(a.over_admitted, 0);
+    assert!(
+        a.admitted_per_s >= 0.95 * a.limit_per_s,
+        "{}",
+        a.admitted_per_s
+    );
+    assert_eq!(b.false_rejections, 0);
+    assert!(
+        a.false_rejections > 0,
+        "splitting refuses some while others have room"
+    );
+}
+
+/// Sampling with the block holds a 10x key at its limit; without it the unsampled requests
+/// of a refused key pass.
+#[test]
+fn sampling_holds_the_limit_only_with_the_block() {
+    let (_, with) = sim("hot-sample.toml", &[("duration_s", "20")]);
+    let (_, without) = sim(
+        "hot-sample.toml",
+        &[
+            ("duration_s", "20"),
+            ("rules.hot.hot_keys.sample_block", "false"),
+        ],
+    );
+    let (a, b) = (rule(&with, "hot"), rule(&without, "hot"));
+    assert!(
+        a.admitted_per_s <= 1.01 * a.limit_per_s,
+        "{}",
+        a.admitted_per_s
+    );
+    assert!(
+        b.admitted_per_s > 5.0 * b.limit_per_s,
+        "{}",
+        b.admitted_per_s
+    );
+    assert!(
+        a.store_calls_per_request < 0.02,
+        "{}",
+        a.store_calls_per_request
+    );
 }

@@ -85,7 +85,7 @@ pub fn pick(request_id: &str, of: u32) -> u32 {
 }
 
 /// Which sub-count an applied rule counts under, and the whole rule's figures for headers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Split {
     /// The sub-count, `0..of`.
     pub part: u32,
@@ -95,6 +95,9 @@ pub struct Split {
     pub limit: u64,
     /// The whole rule's window, quoted in headers.
     pub window: Micros,
+    /// The whole rule's numbers (overrides applied): what the sub-counts add up to, for a
+    /// model that keeps the ground truth of the whole key (the simulator).
+    pub whole: Params,
 }
 
 impl Split {
@@ -121,6 +124,7 @@ pub fn apply(a: &mut Applied<'_>, request_id: &str) {
         of,
         limit: a.params.limit(),
         window: a.params.window(),
+        whole: a.params.as_ref().clone(),
     });
     let sub = sub_params(&a.params, part, of);
     a.identity = crate::keys::sub_identity(&a.identity, part);
