@@ -212,6 +212,10 @@ mod tests {
             of: 3,
             limit: 100,
             window: SECOND,
+            whole: Params::FixedWindow {
+                limit: 100,
+                window: Window::Epoch(SECOND),
+            },
         };
         assert_eq!(s.remaining(34, 34), 100);
         assert_eq!(s.remaining(17, 34), 50);
