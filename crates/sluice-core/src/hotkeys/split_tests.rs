@@ -166,7 +166,10 @@ fn a_split_rule_is_a_call_of_its_own_on_a_hash_tag_of_its_own() {
                 id => {
                     let of = a.rule.hot_keys.split;
                     assert_eq!(part, Some(pick(&rid, of)), "{id}");
-                    assert_eq!(a.split.as_ref().map(|s| (s.part, s.of)), Some((pick(&rid, of), of)));
+                    assert_eq!(
+                        a.split.as_ref().map(|s| (s.part, s.of)),
+                        Some((pick(&rid, of), of))
+                    );
                     tags.insert(parts.identity.to_string());
                 }
             }
