@@ -11,7 +11,10 @@
 //! A refused lease call blocks the key on this daemon until the batch's retry time (at most
 //! [`MAX_AGE`], and never past the end of a window rule's window): a key over its limit then costs one call per batch time, not one per
 //! request. That shifts admissions by up to one batch's time, it never adds any: the units
-//! refused meanwhile are the ones the next batch takes. A window rule refused a batch while
+//! refused meanwhile are the ones the next batch takes. A bucket's grant also says what the
+//! bucket still holds, so a daemon that has spent its batch waits until the next batch can
+//! be there ([`Lease`]'s `refill_at`) instead of asking only to be refused: one call per
+//! batch, not two. A window rule refused a batch while
 //! it still holds enough for the request leases what it holds instead ([`Refill::Smaller`]),
 //! so the end of a window strands nothing.
 
@@ -48,6 +51,11 @@ struct Lease {
     blocked_until: Micros,
     last: Option<CallResult>,
     answered_at: Micros,
+    /// A bucket's next batch cannot be there before this (what the last grant left, refilled
+    /// at the rule's rate): asking sooner would only be refused.
+    refill_at: Micros,
+    /// Lease calls refused in a row.
+    refusals: u32,
 }
 
 impl Lease {
@@ -66,6 +74,8 @@ impl Lease {
             blocked_until: 0,
             last: None,
             answered_at: call.now,
+            refill_at: 0,
+            refusals: 0,
         }
     }
 
@@ -194,6 +204,13 @@ impl Leases {
             l.last_used = now;
             return Spend::Blocked(aged(last, now.saturating_sub(l.answered_at)));
         }
+        if now < l.refill_at
+            && let Some(last) = &l.last
+        {
+            // Spent, and the bucket cannot hold a batch yet: refused until it can.
+            l.last_used = now;
+            return Spend::Blocked(not_yet(call, last, l.refill_at - now));
+        }
         match l.refill_since {
             Some(t) if now < t + STALLED => Spend::InFlight,
             _ => Spend::Refill,
@@ -266,6 +283,8 @@ impl Leases {
             l.taken_at = now;
             l.expires = expiry(call);
             l.blocked_until = 0;
+            l.refill_at = now + refill_wait(call, &result, batch);
+            l.refusals = 0;
             let answer = served(&result, l.units);
             l.last = Some(result);
             l.answered_at = now;
@@ -291,10 +310,24 @@ impl Leases {
                 return Refill::Smaller(held);
             }
         }
+        // Daemons competing for one bucket are refused in turn: each refusal in a row doubles
+        // the wait (up to 64×), never past the time the bucket takes to fill, so the units
+        // still find a taker before the bucket overflows.
+        l.refusals = l.refusals.saturating_add(1);
+        let backoff = 1u64 << (l.refusals - 1).min(6);
+        let fill = call
+            .items
+            .iter()
+            .filter(|i| i.enforce && !windowed(&i.params))
+            .map(|i| i.params.window())
+            .min()
+            .unwrap_or(MAX_AGE);
         let wait = refusing()
             .map(|(_, o)| o.retry_after)
             .max()
             .unwrap_or(0)
+            .saturating_mul(backoff)
+            .min(fill.max(1))
             .min(MAX_AGE)
             // The refusal repeated meanwhile carries this window's counts (see the deny
             // cache): a block never outlives the window.
@@ -349,6 +382,43 @@ impl Leases {
         let out = std::mem::take(&mut self.retired);
         (out, std::mem::take(&mut self.retired_units), 0)
     }
+}
+
+/// How long after a grant a bucket can hold another batch: the longest, over the call's
+/// buckets, of the time its rate takes to refill what the grant left short of a batch. 0 for
+/// windows (a window that holds less than a batch leases what it holds).
+fn refill_wait(call: &Call, result: &CallResult, batch: u64) -> Micros {
+    call.items
+        .iter()
+        .zip(&result.outcomes)
+        .filter(|(i, _)| i.enforce)
+        .map(|(i, o)| match i.params {
+            Params::TokenBucket { rate_per_s, .. } | Params::Gcra { rate_per_s, .. } => {
+                crate::time::div_ceil(
+                    batch.saturating_sub(o.remaining) * SECOND,
+                    rate_per_s.max(1),
+                )
+            }
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+        .min(MAX_AGE)
+}
+
+/// A refusal made from the last grant: nothing left here for the enforced rules, retry in
+/// `wait` (shadow rules keep what the grant said: they never refuse).
+fn not_yet(call: &Call, last: &CallResult, wait: Micros) -> CallResult {
+    let mut r = last.clone();
+    r.allowed = false;
+    for (i, o) in call.items.iter().zip(&mut r.outcomes) {
+        if i.enforce {
+            o.allowed = false;
+            o.remaining = 0;
+            o.retry_after = wait.max(1);
+        }
+    }
+    r
 }
 
 /// The answer to a request served from a lease: the last store answer, allowed, with the

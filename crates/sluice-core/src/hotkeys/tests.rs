@@ -534,3 +534,36 @@ fn a_sample_ends_with_its_window() {
     assert_eq!(store.calls, 3, "sampled in the new window");
     assert_eq!(next.outcomes[0].usage, 10, "the new window's count");
 }
+
+/// A bucket over its limit leases about once per batch, not twice: a granted lease's answer
+/// says what the bucket still holds, so a daemon that spends its batch waits until the next
+/// batch can be there instead of asking to be refused. Admitted stays at the bucket's rate.
+#[test]
+fn a_leased_bucket_over_its_limit_asks_once_per_batch() {
+    let set = parse_yaml(
+        "domain: api\nrules:\n  - { id: tb, key: [k], algorithm: token_bucket, rate_per_s: 1000, burst: 100, hot_keys: { lease: 10, deny_cache: false } }\n",
+    )
+    .expect("valid");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+    let mut admitted = 0u64;
+    // 2,000 requests a second for 5 s against 1,000 a second.
+    for i in 0..10_000u64 {
+        if check(
+            &set,
+            Some(&mut layer),
+            &mut store,
+            "k",
+            1,
+            10 * SECOND + i * 500,
+        ) {
+            admitted += 1;
+        }
+    }
+    // The burst of 100 and 1,000 a second, less at most a batch held at the end.
+    assert!((5_080..=5_100).contains(&admitted), "admitted {admitted}");
+    assert!(
+        store.calls <= admitted / 10 + 20,
+        "{} store calls for {admitted} admitted",
+        store.calls
+    );
+}
