@@ -898,8 +898,9 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
     // batch of 1% of the rate that is ~200 calls a second whatever the rate, so the share of
     // requests falls as the rate rises: 2% or less from about 12,500 requests/s (a release
     // daemon here serves ~16,000/s closed loop and this offers half; a debug one ~4,500/s).
+    // (The sketch puts a key on the leasing path above one batch a second, at least 100.)
     assert!(
-        h.checks <= 2 * admitted / batch + 300,
+        h.checks <= 2 * admitted / batch + batch.max(100) + 200,
         "{} checks for {admitted} admitted in batches of {batch}",
         h.checks
     );
