@@ -773,9 +773,9 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
         "saturation, one leased key, closed loop: {max:.0} decisions/s (client CPU share {} of 2 cores)",
         sat["client_cpu_share"]
     );
-    // Offer half of it (an open loop keeps its schedule only below saturation, here beside
+    // Offer 60% of it (an open loop keeps its schedule only below saturation, here beside
     // the ordinary keys' load and MONITOR), and limit the key at half of that.
-    let offered = (max * 0.5).floor().max(400.0);
+    let offered = (max * 0.6).floor().max(400.0);
     let rate = (offered / 2.0).floor() as u64;
     let batch = (rate / 100).max(1);
     let seconds = 10.0;
@@ -893,25 +893,26 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
         admitted as f64 >= 0.99 * allowance,
         "admitted {admitted}, the bucket allows {allowance:.1}"
     );
-    // Rarely at Redis: about two calls a batch (one granted, one refused and blocking for
-    // the batch's time), plus the requests before the sketch saw the key hot. With `auto`'s
-    // batch of 1% of the rate that is ~200 calls a second whatever the rate, so the share of
-    // requests falls as the rate rises: 2% or less from about 12,500 requests/s (a release
-    // daemon here serves ~16,000/s closed loop and this offers half; a debug one ~4,500/s).
-    // (The sketch puts a key on the leasing path above one batch a second, at least 100.)
+    // Rarely at Redis: about one lease call a batch (a grant says what the bucket still
+    // holds, so a daemon that spent its batch waits for the next one to be there instead
+    // of asking to be refused), plus the requests before the sketch saw the key hot (above
+    // one batch a second, at least 100). With `auto`'s batch of 1% of the rate that is
+    // ~100 calls a second whatever the rate, so the share of requests falls as the rate
+    // rises: 2% or less from about 6,000 requests/s, asserted from 7,500/s (a release
+    // daemon here serves ~13,000-16,000/s closed loop, a debug one ~3,000-4,700/s).
     assert!(
-        h.checks <= 2 * admitted / batch + batch.max(100) + 200,
+        h.checks <= admitted / batch + admitted / (4 * batch) + batch.max(100) + 200,
         "{} checks for {admitted} admitted in batches of {batch}",
         h.checks
     );
-    if served >= 12_500.0 {
+    if served >= 7_500.0 {
         assert!(
             hot_calls as f64 <= 0.02 * hot_requests as f64,
             "{hot_calls} of {hot_requests} hot requests reached Redis"
         );
     } else {
         eprintln!(
-            "(the 2% share is asserted from 12,500 requests/s; this run served {served:.0}/s)"
+            "(the 2% share is asserted from 7,500 requests/s; this run served {served:.0}/s)"
         );
     }
     // The ordinary keys: every request one store call, none leased or cached.
