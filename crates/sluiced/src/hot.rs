@@ -156,7 +156,7 @@ impl crate::metrics::Exporter for HotKeys {
             (
                 "sluice_lease_calls_total",
                 "counter",
-                "Lease calls sent to the store.",
+                "Lease calls the store answered (granted or refused).",
                 t.lease_calls,
             ),
             (

@@ -310,7 +310,7 @@ pub struct Stats {
     pub lease_spent: u64,
     /// Requests refused while a refused lease call waits for its retry time.
     pub lease_blocked: u64,
-    /// Lease calls sent.
+    /// Lease calls the store answered.
     pub lease_calls: u64,
     /// Units leased.
     pub leased_units: u64,
@@ -409,7 +409,6 @@ impl Layer {
                     lease::Spend::InFlight => return Route::Wait,
                     lease::Spend::Refill => {
                         if self.leases.start_refill(h, call) {
-                            self.stats.lease_calls += 1;
                             return Route::Lease { batch: l.batch };
                         }
                         // No room for another lease: ask as planned.
@@ -475,6 +474,8 @@ impl Layer {
                 Next::Answer(result)
             }
             Sent::Lease { batch } => {
+                // Counted answered: a call the breaker or the deadline stopped is no lease call.
+                self.stats.lease_calls += 1;
                 let h = lease::fingerprint(call);
                 match self.leases.refilled(h, call, batch, result) {
                     Refill::Granted(r) => {
@@ -482,10 +483,7 @@ impl Layer {
                         Next::Answer(r)
                     }
                     Refill::Refused(r) => Next::Answer(r),
-                    Refill::Smaller(b) => {
-                        self.stats.lease_calls += 1;
-                        Next::Again { batch: b }
-                    }
+                    Refill::Smaller(b) => Next::Again { batch: b },
                 }
             }
         }
