@@ -414,12 +414,12 @@ impl Engine {
                     let woken = hot.wake(shard).notified();
                     tokio::pin!(woken);
                     woken.as_mut().enable();
-                    let again = hot.lock(shard).route(pc, policy, version);
+                    let again = hot.lock(shard).route_after_wait(pc, policy, version);
                     match again {
                         Route::Local(r) => return Ok(r),
                         Route::Wait => {
                             if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                                let last = hot.lock(shard).route(pc, policy, version);
+                                let last = hot.lock(shard).route_after_wait(pc, policy, version);
                                 break match last {
                                     Route::Local(r) => return Ok(r),
                                     ref r => Option::<Sent>::from(r).unwrap_or(Sent::Plain),

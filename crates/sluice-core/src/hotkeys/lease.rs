@@ -184,8 +184,9 @@ impl Leases {
         self.map.is_empty()
     }
 
-    /// Spends `call.cost` from the key's lease, if it can.
-    pub fn spend(&mut self, h: u64, call: &Call) -> Spend {
+    /// Spends `call.cost` from the key's lease, if it can; `waited`: the request waited
+    /// behind the key's lease call (see [`super::Layer::route_after_wait`]).
+    pub fn spend(&mut self, h: u64, call: &Call, waited: bool) -> Spend {
         let now = call.now;
         let Some(l) = self.map.get_mut(&h).filter(|l| l.matches(call)) else {
             return Spend::Refill;
@@ -204,7 +205,8 @@ impl Leases {
             l.last_used = now;
             return Spend::Blocked(aged(last, now.saturating_sub(l.answered_at)));
         }
-        if now < l.refill_at
+        if !waited
+            && now < l.refill_at
             && let Some(last) = &l.last
         {
             // Spent, and the bucket cannot hold a batch yet: refused until it can.

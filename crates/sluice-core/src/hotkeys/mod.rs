@@ -385,6 +385,29 @@ impl Layer {
 
     /// Where planned call `pc` goes, under `policy`, with rules of `version`.
     pub fn route(&mut self, pc: &PlannedCall, policy: CallPolicy, version: u64) -> Route {
+        self.route_inner(pc, policy, version, false)
+    }
+
+    /// [`Layer::route`] for a request that waited behind its key's lease call
+    /// ([`Route::Wait`]). Its `now` is when it arrived, before that call's answer: it is
+    /// never refused for a next batch "not there yet" by that clock (under a slow store a
+    /// whole queue of waiters would be), it asks for the next batch instead.
+    pub fn route_after_wait(
+        &mut self,
+        pc: &PlannedCall,
+        policy: CallPolicy,
+        version: u64,
+    ) -> Route {
+        self.route_inner(pc, policy, version, true)
+    }
+
+    fn route_inner(
+        &mut self,
+        pc: &PlannedCall,
+        policy: CallPolicy,
+        version: u64,
+        waited: bool,
+    ) -> Route {
         let call = &pc.call;
         let now = call.now;
         self.sync_version(version, now);
@@ -397,7 +420,7 @@ impl Layer {
             let h = lease::fingerprint(call);
             let hot = !l.auto || self.detector.observe(h, now) >= AUTO_HOT_RATE.max(l.batch);
             if hot {
-                match self.leases.spend(h, call) {
+                match self.leases.spend(h, call, waited) {
                     lease::Spend::Served(r) => {
                         self.stats.lease_spent += 1;
                         return Route::Local(r);

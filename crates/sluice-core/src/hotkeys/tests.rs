@@ -567,3 +567,33 @@ fn a_leased_bucket_over_its_limit_asks_once_per_batch() {
         store.calls
     );
 }
+
+/// A request that waited behind a lease call carries the time it arrived, before that call's
+/// answer: it asks for the next batch rather than being refused by that clock (under a slow
+/// store a whole queue of waiters would be, and the key admitted a third less end to end).
+#[test]
+fn a_waiter_asks_for_the_next_batch() {
+    let set = parse_yaml(
+        "domain: api\nrules:\n  - { id: tb, key: [k], algorithm: token_bucket, rate_per_s: 1000, burst: 10, hot_keys: { lease: 10, deny_cache: false } }\n",
+    )
+    .expect("valid");
+    let dom = set.domain("api").expect("domain");
+    let (mut store, mut layer) = (Mem::default(), Layer::new(100, 100));
+    let t = 10 * SECOND;
+    // The batch is the whole bucket: granted, spent by ten requests.
+    for _ in 0..10 {
+        assert!(check(&set, Some(&mut layer), &mut store, "k", 1, t));
+    }
+    let p = plan(dom, &desc(&[("k", "k")]), t + 1, 1, "r", |_| {
+        Default::default()
+    });
+    let policy = CallPolicy::of(&p, 0);
+    assert!(
+        matches!(layer.route(&p.calls[0], policy, set.version), Route::Local(ref r) if !r.allowed),
+        "a fresh request before the next batch can be there is refused"
+    );
+    assert!(matches!(
+        layer.route_after_wait(&p.calls[0], policy, set.version),
+        Route::Lease { .. }
+    ));
+}
