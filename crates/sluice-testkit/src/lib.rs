@@ -16,6 +16,7 @@
 //! - [`ports`]: [`free_port`] / [`free_ports`], distinct free loopback ports.
 //! - [`resp`]: a tiny blocking RESP2 client ([`RespConn`], [`Reply`]) for test assertions.
 //! - [`redis`]: [`RedisServer`], one throwaway `redis-server` (pause, resume, kill, restart).
+//! - [`monitor`]: [`Monitor`], Sluice's script calls per key as Redis's `MONITOR` shows them.
 //! - [`cluster`]: [`RedisCluster`] (N primaries × r replicas, live slot migration) and the
 //!   pure [`key_slot`] function.
 //! - [`proxy`]: [`TcpProxy`], a loopback forwarder whose links can be cut and restored.
@@ -36,6 +37,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod grpc_wire;
 pub mod http;
+pub mod monitor;
 pub mod ports;
 pub mod postgres;
 pub mod proxy;
@@ -50,6 +52,7 @@ mod process;
 pub use cluster::{ClusterOptions, RedisCluster, RedisTls, key_slot, key_slot_bytes};
 pub use daemon::{Daemon, cargo_bin};
 pub use http::{HttpResponse, http_get, http_request};
+pub use monitor::{KeyCalls, Monitor};
 pub use ports::{free_port, free_ports};
 pub use postgres::{PgServer, Postgres};
 pub use proxy::TcpProxy;
