@@ -453,6 +453,7 @@ impl Engine {
             }
         }
     }
+
     /// Counts a decision's policies in the per-rule metrics of `domain`.
     pub(crate) fn count(&self, domain: &str, d: &Decision) {
         for pol in &d.policies {
