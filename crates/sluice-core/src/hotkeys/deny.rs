@@ -33,22 +33,49 @@ pub const MAX_HOLD: Micros = SECOND;
 
 #[derive(Debug, Clone)]
 struct Entry {
-    keys: Vec<(String, Params, bool)>,
+    shape: Shape,
     cost: u64,
     at: Micros,
     until: Micros,
     result: CallResult,
 }
 
-impl Entry {
-    fn matches(&self, call: &Call) -> bool {
-        self.keys.len() == call.items.len()
+/// What makes a later call the same call to the store: its keys, their numbers and enforce
+/// flags, in order. Kept by every remembered answer (refusals, leases) and compared in full,
+/// since the hash it is filed under is the keys' alone.
+#[derive(Debug, Clone)]
+pub(super) struct Shape(pub(super) Vec<(String, Params, bool)>);
+
+impl Shape {
+    pub(super) fn of(call: &Call) -> Shape {
+        Shape(
+            call.items
+                .iter()
+                .map(|i| (i.key.clone(), i.params.clone(), i.enforce))
+                .collect(),
+        )
+    }
+
+    pub(super) fn matches(&self, call: &Call) -> bool {
+        self.0.len() == call.items.len()
             && self
-                .keys
+                .0
                 .iter()
                 .zip(&call.items)
                 .all(|((k, p, e), it)| *k == it.key && *p == it.params && *e == it.enforce)
     }
+}
+
+/// How long a refused call stays refused: the longest wait of its refusing enforced rules
+/// (0 when none refuses).
+pub(super) fn refused_for(call: &Call, result: &CallResult) -> Micros {
+    call.items
+        .iter()
+        .zip(&result.outcomes)
+        .filter(|(i, o)| i.enforce && !o.allowed)
+        .map(|(_, o)| o.retry_after)
+        .max()
+        .unwrap_or(0)
 }
 
 /// A remembered answer as it stands `elapsed` later: waits and resets shortened by it.
@@ -156,7 +183,7 @@ impl DenyCache {
         self.expire(now);
         let h = hash(call);
         let e = self.cur.get(&h).or_else(|| self.prev.get(&h))?;
-        if now >= e.until || now < e.at || call.cost < e.cost || !e.matches(call) {
+        if now >= e.until || now < e.at || call.cost < e.cost || !e.shape.matches(call) {
             return None;
         }
         Some(aged(&e.result, now - e.at))
@@ -166,16 +193,8 @@ impl DenyCache {
     pub fn remember(&mut self, call: &Call, result: &CallResult) -> bool {
         let now = call.now;
         self.expire(now);
-        // The call is refused while any refusing enforced rule refuses: until the longest
-        // of their waits.
-        let wait = call
-            .items
-            .iter()
-            .zip(&result.outcomes)
-            .filter(|(i, o)| i.enforce && !o.allowed)
-            .map(|(_, o)| o.retry_after)
-            .max()
-            .unwrap_or(0)
+        // The call is refused while any refusing enforced rule refuses.
+        let wait = refused_for(call, result)
             .min(MAX_HOLD)
             .min(window_end(call, result));
         if result.allowed || wait == 0 || call.cost == 0 {
@@ -189,11 +208,7 @@ impl DenyCache {
         self.cur.insert(
             h,
             Entry {
-                keys: call
-                    .items
-                    .iter()
-                    .map(|i| (i.key.clone(), i.params.clone(), i.enforce))
-                    .collect(),
+                shape: Shape::of(call),
                 cost: call.cost,
                 at: now,
                 until: now + wait,

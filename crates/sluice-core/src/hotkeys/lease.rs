@@ -18,7 +18,7 @@
 //! it still holds enough for the request leases what it holds instead ([`Refill::Smaller`]),
 //! so the end of a window strands nothing.
 
-use super::deny::{aged, hash, window_end};
+use super::deny::{Shape, aged, hash, refused_for, window_end};
 use crate::Params;
 use crate::algo::Kind;
 use crate::batch::{Call, CallResult, GiveBack};
@@ -42,7 +42,7 @@ pub fn fingerprint(call: &Call) -> u64 {
 
 #[derive(Debug)]
 struct Lease {
-    keys: Vec<(String, Params, bool)>,
+    shape: Shape,
     units: u64,
     taken_at: Micros,
     expires: Micros,
@@ -61,11 +61,7 @@ struct Lease {
 impl Lease {
     fn new(call: &Call) -> Lease {
         Lease {
-            keys: call
-                .items
-                .iter()
-                .map(|i| (i.key.clone(), i.params.clone(), i.enforce))
-                .collect(),
+            shape: Shape::of(call),
             units: 0,
             taken_at: call.now,
             expires: call.now,
@@ -80,12 +76,7 @@ impl Lease {
     }
 
     fn matches(&self, call: &Call) -> bool {
-        self.keys.len() == call.items.len()
-            && self
-                .keys
-                .iter()
-                .zip(&call.items)
-                .all(|((k, p, e), it)| *k == it.key && *p == it.params && *e == it.enforce)
+        self.shape.matches(call)
     }
 
     /// What is left, as give-backs (one per store key), and the units in them.
@@ -95,10 +86,10 @@ impl Lease {
             return (0, 0);
         }
         // A window rule's units expire with the window they were taken in.
-        if now >= self.expires && self.keys.iter().all(|(_, p, _)| windowed(p)) {
+        if now >= self.expires && self.shape.0.iter().all(|(_, p, _)| windowed(p)) {
             return (0, units);
         }
-        for (key, params, _) in &self.keys {
+        for (key, params, _) in &self.shape.0 {
             out.push(GiveBack {
                 key: key.clone(),
                 params: params.clone(),
@@ -324,10 +315,7 @@ impl Leases {
             .map(|i| i.params.window())
             .min()
             .unwrap_or(MAX_AGE);
-        let wait = refusing()
-            .map(|(_, o)| o.retry_after)
-            .max()
-            .unwrap_or(0)
+        let wait = refused_for(call, &result)
             .saturating_mul(backoff)
             .min(fill.max(1))
             .min(MAX_AGE)

@@ -9,7 +9,7 @@
 //! the block (`sample_block: false`) a key over its limit still gets N − 1 in N admitted;
 //! docs/hot-keys.md has both figures.
 
-use super::deny::{MAX_HOLD, aged, window_end};
+use super::deny::{MAX_HOLD, aged, refused_for, window_end};
 use super::lease::served;
 use crate::batch::{Call, CallResult};
 use crate::hash::{Keyed, KeyedMap};
@@ -117,16 +117,7 @@ impl Samples {
             let window = window_end(call, result);
             s.valid_until = now.saturating_add(window);
             if !result.allowed && block {
-                let wait = call
-                    .items
-                    .iter()
-                    .zip(&result.outcomes)
-                    .filter(|(i, o)| i.enforce && !o.allowed)
-                    .map(|(_, o)| o.retry_after)
-                    .max()
-                    .unwrap_or(0)
-                    .min(MAX_HOLD)
-                    .min(window);
+                let wait = refused_for(call, result).min(MAX_HOLD).min(window);
                 s.blocked_until = now + wait;
             }
             s.last = Some(result.clone());

@@ -3,58 +3,23 @@
 //! its own hash tag and call, and what splitting costs near the limit (false rejections).
 
 use super::split::{MAX_SPLIT, pick};
-use crate::State;
+use super::tests::{Mem, desc};
 use crate::algo::Params;
-use crate::batch::{Call, CallResult, Write, apply};
+use crate::batch::Call;
 use crate::decision::{Answer, Plan, headers, plan};
 use crate::keys::{parse, split_identity};
-use crate::matching::Descriptors;
 use crate::rules::{RuleSet, parse_yaml};
 use crate::time::{Micros, SECOND};
 use proptest::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 
-#[derive(Default)]
-struct Mem {
-    states: HashMap<String, State>,
-}
-
 impl Mem {
-    fn check(&mut self, call: &Call) -> CallResult {
-        let cur: Vec<Option<State>> = call
-            .items
-            .iter()
-            .map(|i| self.states.get(&i.key).cloned())
-            .collect();
-        let (r, w) = apply(call, &cur);
-        for (i, w) in call.items.iter().zip(w) {
-            if let Write::Put(s, ttl) = w {
-                if ttl == 0 {
-                    self.states.remove(&i.key);
-                } else {
-                    self.states.insert(i.key.clone(), s);
-                }
-            }
-        }
-        r
-    }
-
     fn run(&mut self, p: &Plan<'_>) -> Vec<Answer> {
         p.calls
             .iter()
             .map(|pc| Answer::Done(self.check(&pc.call)))
             .collect()
     }
-}
-
-fn desc(pairs: &[(&str, &str)]) -> Descriptors {
-    Descriptors::new(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
-    .expect("valid")
 }
 
 fn rules(body: &str) -> RuleSet {

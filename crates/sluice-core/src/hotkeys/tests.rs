@@ -11,14 +11,15 @@ use crate::time::MILLI;
 use proptest::prelude::*;
 use std::collections::HashMap;
 
+/// A store in-process: the core's own `batch::apply` over a map (shared with split_tests).
 #[derive(Default)]
-struct Mem {
-    states: HashMap<String, State>,
-    calls: u64,
+pub(super) struct Mem {
+    pub(super) states: HashMap<String, State>,
+    pub(super) calls: u64,
 }
 
 impl Mem {
-    fn check(&mut self, call: &Call) -> CallResult {
+    pub(super) fn check(&mut self, call: &Call) -> CallResult {
         self.calls += 1;
         let cur: Vec<Option<State>> = call
             .items
@@ -39,7 +40,7 @@ impl Mem {
     }
 }
 
-fn desc(pairs: &[(&str, &str)]) -> Descriptors {
+pub(super) fn desc(pairs: &[(&str, &str)]) -> Descriptors {
     Descriptors::new(
         pairs
             .iter()
