@@ -860,7 +860,8 @@ fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option<Rule> {
         }
         None => None,
     };
-    let hot_keys = crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref());
+    let hot_keys =
+        crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref(), charge_rejected);
     f.finish();
     if problems.len() > before {
         return None;

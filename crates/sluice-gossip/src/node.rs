@@ -362,6 +362,18 @@ impl Node {
         members(&self.inner.live.borrow())
     }
 
+    /// Live daemons of this daemon's region, itself included (at least 1): what a local
+    /// share of a rule divides by.
+    pub fn region_daemons(&self) -> u64 {
+        let region = &self.inner.cfg.region;
+        let n = self
+            .members()
+            .iter()
+            .filter(|m| &m.region == region)
+            .count();
+        n.max(1) as u64
+    }
+
     /// Whether this daemon currently ships its region's figures.
     pub fn shipping(&self) -> bool {
         self.inner.shipping.load(Ordering::Relaxed)

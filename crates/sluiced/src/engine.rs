@@ -436,7 +436,7 @@ impl Engine {
             let lease = LeaseInFlight::new(hot, shard, pc, sent);
             let r = self.call_store(&sent.call(&pc.call)).await;
             let next = match r {
-                Ok(r) if !sluice_core::hotkeys::Layer::wants(sent, &r) => return Ok(r),
+                Ok(r) if !sluice_core::hotkeys::Layer::wants(policy, sent, &r) => return Ok(r),
                 Ok(r) => {
                     let next = hot.lock(shard).answered(pc, policy, sent, r);
                     lease.done();

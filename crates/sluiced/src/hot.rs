@@ -1,11 +1,12 @@
 //! The hot-key layer's shell: the core's [`Layer`] sharded behind locks, a wake-up for
-//! requests waiting on a lease call, and the give-backs sent to the store.
+//! requests waiting on a lease call, and the give-backs and sync calls sent to the store.
 //!
 //! All decisions are the core's (`sluice_core::hotkeys`); this file only holds the state,
 //! runs [`Layer::sweep`] on a timer and sends what it returns.
 
 use sluice_core::Micros;
 use sluice_core::batch::{Call, GiveBack};
+use sluice_core::hotkeys::gate::SyncCall;
 use sluice_core::hotkeys::{Layer, Stats, lease};
 use sluice_store::Store;
 use std::fmt::Write as _;
@@ -25,6 +26,7 @@ pub struct HotKeys {
     /// Woken when a lease call of the shard is answered.
     wake: Vec<Notify>,
     give_back_failures: AtomicU64,
+    sync_failures: AtomicU64,
 }
 
 impl HotKeys {
@@ -45,6 +47,7 @@ impl HotKeys {
                 .collect(),
             wake: (0..SHARDS).map(|_| Notify::new()).collect(),
             give_back_failures: AtomicU64::new(0),
+            sync_failures: AtomicU64::new(0),
         }
     }
 
@@ -64,13 +67,29 @@ impl HotKeys {
         &self.wake[shard]
     }
 
-    /// Sends every give-back due at `now` (all of them at shutdown), each under `timeout`.
+    /// The region's live daemons now, for local shares.
+    pub fn set_daemons(&self, daemons: u64) {
+        for s in 0..SHARDS {
+            self.lock(s).set_daemons(daemons);
+        }
+    }
+
+    /// Sends every give-back and sync call due at `now` (all of them at shutdown), each
+    /// under `timeout`.
     pub async fn sweep(&self, store: &dyn Store, now: Micros, timeout: Duration, all: bool) {
         let mut backs: Vec<GiveBack> = Vec::new();
+        let mut syncs: Vec<(usize, SyncCall)> = Vec::new();
         for s in 0..SHARDS {
             let mut l = self.lock(s);
             backs.extend(if all { l.drain(now) } else { l.sweep(now) });
+            let due = if all {
+                l.drain_syncs(now)
+            } else {
+                l.syncs(now)
+            };
+            syncs.extend(due.into_iter().map(|c| (s, c)));
         }
+        self.sync(store, syncs, timeout).await;
         for g in &backs {
             let ok = matches!(
                 tokio::time::timeout(timeout, store.give_back(g)).await,
@@ -88,9 +107,37 @@ impl HotKeys {
         }
     }
 
-    fn totals(&self) -> (Stats, usize, usize) {
+    /// Sends sync calls, many at a time (the store pipelines them on its connections), and
+    /// hands each answer back to its shard: a failed one keeps its units pending.
+    async fn sync(&self, store: &dyn Store, syncs: Vec<(usize, SyncCall)>, timeout: Duration) {
+        const AT_ONCE: usize = 256;
+        for chunk in syncs.chunks(AT_ONCE) {
+            let answers = futures_util::future::join_all(chunk.iter().map(|(_, c)| async move {
+                match tokio::time::timeout(timeout, store.check(&c.call)).await {
+                    Ok(Ok(r)) => Some(r),
+                    _ => None,
+                }
+            }))
+            .await;
+            let now = crate::engine::now_micros();
+            for ((s, c), r) in chunk.iter().zip(answers) {
+                if r.is_none() {
+                    let n = self.sync_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n % 1_000 == 1 {
+                        tracing::warn!(
+                            failures = n,
+                            "a sync call failed; its units stay pending for the next one"
+                        );
+                    }
+                }
+                self.lock(*s).synced(c, r, now);
+            }
+        }
+    }
+
+    fn totals(&self) -> (Stats, usize, usize, usize) {
         let mut t = Stats::default();
-        let (mut deny, mut leases) = (0, 0);
+        let (mut deny, mut leases, mut gates) = (0, 0, 0);
         for s in 0..SHARDS {
             let l = self.lock(s);
             let st = l.stats();
@@ -106,17 +153,24 @@ impl HotKeys {
             t.samples += st.samples;
             t.sample_skipped += st.sample_skipped;
             t.sample_blocked += st.sample_blocked;
+            t.gate_admitted += st.gate_admitted;
+            t.gate_refused += st.gate_refused;
+            t.gate_to_store += st.gate_to_store;
+            t.sync_calls += st.sync_calls;
+            t.synced_units += st.synced_units;
+            t.sync_failures += st.sync_failures;
             deny += l.deny_entries();
             leases += l.lease_entries();
+            gates += l.gate_entries();
         }
-        (t, deny, leases)
+        (t, deny, leases, gates)
     }
 }
 
 impl crate::metrics::Exporter for HotKeys {
     fn render(&self, out: &mut String) {
-        let (t, deny, leases) = self.totals();
-        let series: [(&str, &str, &str, u64); 15] = [
+        let (t, deny, leases, gates) = self.totals();
+        let series: [(&str, &str, &str, u64); 22] = [
             (
                 "sluice_deny_cache_hits_total",
                 "counter",
@@ -202,6 +256,43 @@ impl crate::metrics::Exporter for HotKeys {
                 "Give-backs the store did not take (error or deadline).",
                 self.give_back_failures.load(Ordering::Relaxed),
             ),
+            (
+                "sluice_gate_admitted_total",
+                "counter",
+                "Requests admitted by a sync gate or a local share, counted for the next sync.",
+                t.gate_admitted,
+            ),
+            (
+                "sluice_gate_refused_total",
+                "counter",
+                "Requests refused by a sync gate whose budget is spent until the next sync.",
+                t.gate_refused,
+            ),
+            (
+                "sluice_gate_to_store_total",
+                "counter",
+                "Requests of gated keys sent to the store (first request, past the share, stale).",
+                t.gate_to_store,
+            ),
+            (
+                "sluice_sync_calls_total",
+                "counter",
+                "Sync calls the store answered.",
+                t.sync_calls,
+            ),
+            (
+                "sluice_synced_units_total",
+                "counter",
+                "Units added to shared counts by sync calls.",
+                t.synced_units,
+            ),
+            (
+                "sluice_sync_failures_total",
+                "counter",
+                "Sync calls that failed; their units stay pending for the next one.",
+                t.sync_failures,
+            ),
+            ("sluice_gates", "gauge", "Gated keys held.", gates as u64),
         ];
         for (name, kind, help, v) in series {
             let _ = writeln!(

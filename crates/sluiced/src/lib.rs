@@ -187,9 +187,11 @@ pub async fn run(
         })
     };
 
-    // Leases: what quiet keys did not spend goes back to the store (hot.rs).
+    // Leases: what quiet keys did not spend goes back to the store; gated keys' pending
+    // units are synced; local shares follow the region's membership (hot.rs).
     let give_back = {
         let engine = engine.clone();
+        let regions = regions.clone();
         let mut stop = stop_rx.clone();
         let timeout = Duration::from_millis(cfg.store_timeout_ms.max(50));
         tokio::spawn(async move {
@@ -201,6 +203,9 @@ pub async fn run(
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}
                     _ = stop.changed() => return,
+                }
+                if let Some(r) = &regions {
+                    hot.set_daemons(r.region_daemons());
                 }
                 hot.sweep(engine.store.as_ref(), engine.now(), timeout, false)
                     .await;

@@ -201,6 +201,11 @@ impl Regions {
         self.node.local_addr()
     }
 
+    /// Live daemons of this region as the membership reports them now (itself included).
+    pub fn region_daemons(&self) -> u64 {
+        self.node.region_daemons()
+    }
+
     /// Leaves the cluster.
     pub async fn shutdown(&self) {
         self.node.shutdown().await;

@@ -10,12 +10,16 @@ use serde_json::Value;
 pub const MAX_SAMPLE: u32 = 1_000;
 
 /// The `hot_keys` block: `deny_cache: bool`, `lease: off | auto | N`, `split: N`,
-/// `sample: N`, `sample_block: bool`; every problem recorded in `f`.
+/// `sample: N`, `sample_block: bool`, `sync_interval: off | duration`, `local_share: bool`;
+/// every problem recorded in `f`. `charge_rejected`: the rule's own (a gate cannot charge
+/// refusals it makes itself).
 pub(crate) fn block(
     f: &mut crate::rules::Fields<'_>,
     v: Option<&Value>,
     params: Option<&Params>,
+    charge_rejected: bool,
 ) -> Option<crate::hotkeys::HotKeys> {
+    use crate::hotkeys::gate::{MAX_INTERVAL, MIN_INTERVAL, gate_refusal};
     use crate::hotkeys::split::{self, MAX_SPLIT, split_refusal};
     use crate::hotkeys::{LeaseMode, lease_refusal};
     let mut hk = HotKeys::default();
@@ -86,10 +90,46 @@ pub(crate) fn block(
                 );
                 ok = false;
             }
+            ("sync_interval", Value::Bool(false)) => hk.sync_interval = None,
+            ("sync_interval", Value::String(s)) if s == "off" => hk.sync_interval = None,
+            ("sync_interval", Value::String(s)) => {
+                match crate::time::parse_span(s).ok().and_then(|sp| sp.fixed()) {
+                    Some(us) if (MIN_INTERVAL..=MAX_INTERVAL).contains(&us) => {
+                        hk.sync_interval = Some(us);
+                    }
+                    _ => {
+                        f.bad(
+                            "hot_keys.sync_interval",
+                            format!(
+                                "expected off or a duration from {} to {}, got {s:?}",
+                                crate::time::Span::Fixed(MIN_INTERVAL),
+                                crate::time::Span::Fixed(MAX_INTERVAL)
+                            ),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+            ("sync_interval", other) => {
+                f.bad(
+                    "hot_keys.sync_interval",
+                    format!("expected off or a duration such as 1s, got {other}"),
+                );
+                ok = false;
+            }
+            ("local_share", Value::Bool(b)) => hk.local_share = *b,
+            ("local_share", other) => {
+                f.bad(
+                    "hot_keys.local_share",
+                    format!("expected true or false, got {other}"),
+                );
+                ok = false;
+            }
             (other, _) => {
                 f.bad(
                     &format!("hot_keys.{other}"),
-                    "unknown field (deny_cache | lease | split | sample | sample_block)",
+                    "unknown field (deny_cache | lease | split | sample | sample_block | \
+                     sync_interval | local_share)",
                 );
                 ok = false;
             }
@@ -163,6 +203,31 @@ pub(crate) fn block(
                     hk.sample,
                     split::smallest_capacity(p, hk.split)
                 ),
+            );
+            ok = false;
+        }
+    }
+    if hk.sync_interval.is_some() || hk.local_share {
+        let field = if hk.sync_interval.is_some() {
+            "hot_keys.sync_interval"
+        } else {
+            "hot_keys.local_share"
+        };
+        if let Some(why) = params.and_then(|p| gate_refusal(p.kind())) {
+            f.bad(field, format!("not defined for concurrency: {why}"));
+            ok = false;
+        } else if hk.lease != LeaseMode::Off || hk.sample > 1 {
+            f.bad(
+                field,
+                "choose one of lease, sample and sync: each already saves the store calls \
+                 the others would",
+            );
+            ok = false;
+        } else if charge_rejected {
+            f.bad(
+                field,
+                "a rule that charges refusals needs the store to see every request; a gate \
+                 refuses without it",
             );
             ok = false;
         }

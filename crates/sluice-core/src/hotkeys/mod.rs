@@ -12,6 +12,9 @@
 //!   check, cost = batch) and the daemon spends them itself; what is left goes back to the
 //!   store when the key goes quiet, on a rule change or at shutdown. With `lease: auto` a
 //!   count-min sketch ([`detect`]) puts only keys above a rate on that path;
+//! - the **sync gate** and the **tiered limiter** ([`gate`]): a key counted here and added to
+//!   the shared count once per interval; tiered, only within this daemon's share of the
+//!   numbers, the store deciding past it;
 //! - **key splitting** ([`split`]): one identity counted under N sub-counts on N hash tags,
 //!   one picked per request, so a key's store calls spread over the cluster's shards. It
 //!   acts at planning ([`crate::decision::plan`]): a split rule's sub-count is a store call
@@ -25,11 +28,15 @@
 //!
 //! - this file: the rule block ([`HotKeys`]), the per-call policy and [`Layer`];
 //! - [`deny`]: the deny cache; [`lease`]: leases and give-backs; [`detect`]: the sketch;
-//!   [`split`]: sub-counts, their shares and the pick.
+//!   [`sample`]: sampling; [`gate`]: the sync gate and the local share; [`split`]:
+//!   sub-counts, their shares and the pick; [`config`]: the block's parsing.
 
 pub mod config;
 pub mod deny;
 pub mod detect;
+pub mod gate;
+#[cfg(test)]
+mod gate_tests;
 pub mod lease;
 pub mod sample;
 pub mod split;
@@ -45,6 +52,7 @@ use crate::decision::{Plan, PlannedCall};
 use crate::time::{Micros, SECOND};
 use deny::DenyCache;
 use detect::Detector;
+use gate::{CallGate, Gated, Gates, SyncCall};
 use lease::{Leases, Refill};
 use sample::{Pick, Samples};
 
@@ -73,6 +81,10 @@ pub struct HotKeys {
     pub sample: u32,
     /// A refused sample blocks the key until its retry time.
     pub sample_block: bool,
+    /// Count here and add to the shared count every this often ([`gate`]).
+    pub sync_interval: Option<Micros>,
+    /// Tiered: admit here only within this daemon's share of the numbers ([`gate`]).
+    pub local_share: bool,
 }
 
 impl Default for HotKeys {
@@ -83,6 +95,8 @@ impl Default for HotKeys {
             split: 1,
             sample: 1,
             sample_block: true,
+            sync_interval: None,
+            local_share: false,
         }
     }
 }
@@ -133,6 +147,9 @@ pub struct CallPolicy {
     pub lease: Option<CallLease>,
     /// The call is sampled: every rule of it samples; 1 in the smallest of their N.
     pub sample: Option<CallSample>,
+    /// The call is gated: every rule of it syncs (the shortest interval), none charges
+    /// refusals; tiered when any asks for a local share.
+    pub gate: Option<CallGate>,
 }
 
 /// A call's sampling settings.
@@ -162,6 +179,8 @@ impl CallPolicy {
         let mut leases = true;
         let mut sample: Option<CallSample> = None;
         let mut samples = true;
+        let mut gate: Option<CallGate> = None;
+        let mut gates = true;
         for (item, &ri) in pc.call.items.iter().zip(&pc.rules) {
             let rule = plan.applied[ri].rule;
             let hk = &rule.hot_keys;
@@ -198,6 +217,24 @@ impl CallPolicy {
             if item.charge_rejected || conc {
                 leases = false;
             }
+            let synced = hk
+                .sync_interval
+                .or(hk.local_share.then_some(gate::SHARE_INTERVAL));
+            match synced {
+                Some(iv) if !conc && !item.charge_rejected => {
+                    gate = Some(match gate {
+                        None => CallGate {
+                            interval: iv,
+                            share: hk.local_share,
+                        },
+                        Some(g) => CallGate {
+                            interval: g.interval.min(iv),
+                            share: g.share || hk.local_share,
+                        },
+                    });
+                }
+                _ => gates = false,
+            }
             if hk.sample <= 1 || conc {
                 samples = false;
             } else {
@@ -218,6 +255,7 @@ impl CallPolicy {
             deny_cache: deny,
             lease: if leases { lease } else { None },
             sample: if samples { sample } else { None },
+            gate: if gates { gate } else { None },
         }
     }
 }
@@ -324,6 +362,18 @@ pub struct Stats {
     pub sample_skipped: u64,
     /// Requests refused by a refused sample's block.
     pub sample_blocked: u64,
+    /// Requests admitted by a gate (counted here, synced later).
+    pub gate_admitted: u64,
+    /// Requests refused by a sync gate whose budget is spent.
+    pub gate_refused: u64,
+    /// Requests of a gated key sent to the store (first call, past the share, stale gate).
+    pub gate_to_store: u64,
+    /// Sync calls the store answered.
+    pub sync_calls: u64,
+    /// Units added to shared counts by answered sync calls.
+    pub synced_units: u64,
+    /// Sync calls that failed (their units stay pending).
+    pub sync_failures: u64,
 }
 
 /// One daemon's hot-key state (or one shard of it).
@@ -333,7 +383,9 @@ pub struct Layer {
     deny: DenyCache,
     leases: Leases,
     samples: Samples,
+    gates: Gates,
     detector: Detector,
+    daemons: u64,
     stats: Stats,
 }
 
@@ -352,7 +404,9 @@ impl Layer {
             deny: DenyCache::new(deny_entries, seed),
             leases: Leases::new(leases, seed ^ 0x9e37_79b9_7f4a_7c15),
             samples: Samples::new(leases, seed ^ 0x2545_f491_4f6c_dd1d),
+            gates: Gates::new(leases, seed ^ 0x5851_f42d_4c95_7f2d),
             detector: Detector::new(),
+            daemons: 1,
             stats: Stats::default(),
         }
     }
@@ -372,6 +426,23 @@ impl Layer {
         self.leases.len()
     }
 
+    /// Gated keys held now.
+    pub fn gate_entries(&self) -> usize {
+        self.gates.len()
+    }
+
+    /// Units admitted by gates that never reached the shared count (see [`Gates::lost`]).
+    pub fn gate_lost(&self) -> u64 {
+        self.gates.lost()
+    }
+
+    /// The daemons in this daemon's region as its membership reports them now (itself
+    /// included): a local share is the rule's numbers ÷ this. The shell sets it whenever the
+    /// membership changes; a daemon without one is alone (1).
+    pub fn set_daemons(&mut self, daemons: u64) {
+        self.daemons = daemons.max(1);
+    }
+
     /// A new rule version drops every cached refusal and retires every lease: the numbers
     /// they were taken under may have changed.
     fn sync_version(&mut self, version: u64, now: Micros) {
@@ -380,6 +451,7 @@ impl Layer {
             self.deny.clear();
             self.samples.clear();
             self.leases.retire_all(now);
+            self.gates.retire_all(now);
         }
     }
 
@@ -413,6 +485,20 @@ impl Layer {
         self.sync_version(version, now);
         if call.cost == 0 {
             return Route::Store;
+        }
+        if let Some(g) = policy.gate {
+            let h = lease::fingerprint(call);
+            match self.gates.route(h, call, g, self.daemons) {
+                Gated::Admitted(r) => {
+                    self.stats.gate_admitted += 1;
+                    return Route::Local(r);
+                }
+                Gated::Refused(r) => {
+                    self.stats.gate_refused += 1;
+                    return Route::Local(r);
+                }
+                Gated::Store => self.stats.gate_to_store += 1,
+            }
         }
         if let Some(l) = policy.lease
             && call.cost < l.batch
@@ -466,9 +552,10 @@ impl Layer {
     }
 
     /// Whether [`Layer::answered`] has anything to do with this answer: a shell may skip the
-    /// lock (and the call) when not. An admitted plain call changes nothing here.
-    pub fn wants(sent: Sent, result: &CallResult) -> bool {
-        !matches!(sent, Sent::Plain) || !result.allowed
+    /// lock (and the call) when not. An admitted plain call of an ungated key changes
+    /// nothing here.
+    pub fn wants(policy: CallPolicy, sent: Sent, result: &CallResult) -> bool {
+        !matches!(sent, Sent::Plain) || !result.allowed || policy.gate.is_some()
     }
 
     /// Takes back the store's answer to what was sent for `pc`.
@@ -482,6 +569,12 @@ impl Layer {
         let call = &pc.call;
         match sent {
             Sent::Plain => {
+                if let Some(g) = policy.gate
+                    && call.cost > 0
+                {
+                    let h = lease::fingerprint(call);
+                    self.gates.answered(h, call, g, self.daemons, &result);
+                }
                 if !result.allowed && policy.deny_cache {
                     match self.deny.remember(call, &result) {
                         true => self.stats.deny_inserts += 1,
@@ -527,6 +620,30 @@ impl Layer {
         let (back, returned, expired) = self.leases.sweep(now);
         self.count_back(returned, expired);
         back
+    }
+
+    /// The sync calls due at `now`: run it with [`Layer::sweep`], send each and report its
+    /// answer with [`Layer::synced`]. One call per gated key per interval.
+    pub fn syncs(&mut self, now: Micros) -> Vec<SyncCall> {
+        self.gates.syncs(now)
+    }
+
+    /// Every gate's pending units as sync calls (shutdown).
+    pub fn drain_syncs(&mut self, now: Micros) -> Vec<SyncCall> {
+        self.gates.retire_all(now);
+        self.gates.syncs(now)
+    }
+
+    /// The store's answer to a sync call, `None` when it failed.
+    pub fn synced(&mut self, s: &SyncCall, result: Option<CallResult>, now: Micros) {
+        match &result {
+            Some(_) => {
+                self.stats.sync_calls += 1;
+                self.stats.synced_units += s.call.cost;
+            }
+            None => self.stats.sync_failures += 1,
+        }
+        self.gates.synced(s, result, now);
     }
 
     /// Every lease's give-back (shutdown).

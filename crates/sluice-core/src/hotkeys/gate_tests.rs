@@ -1,0 +1,328 @@
+//! The sync gate and the local share against the in-process store of tests.rs: every unit
+//! admitted reaches the shared count, failed syncs lose nothing, one daemon stays exact,
+//! several over-admit by at most a budget each, and a share follows the membership.
+
+use super::tests::{Mem, desc};
+use super::*;
+use crate::decision::plan;
+use crate::rules::{RuleSet, parse_yaml};
+use crate::time::MILLI;
+
+fn rules(block: &str) -> RuleSet {
+    parse_yaml(&format!(
+        r#"
+domain: api
+rules:
+  - {{ id: fw, key: [k], match: {{ k: fw }}, algorithm: fixed_window, limit: 100, window: 10s, hot_keys: {block} }}
+  - {{ id: tb, key: [k], match: {{ k: tb }}, algorithm: token_bucket, rate_per_s: 4, burst: 100, hot_keys: {block} }}
+"#
+    ))
+    .expect("valid")
+}
+
+/// One request through `layer`: allowed or not.
+fn ask(set: &RuleSet, layer: &mut Layer, store: &mut Mem, key: &str, now: Micros) -> bool {
+    let dom = set.domain("api").expect("domain");
+    let p = plan(dom, &desc(&[("k", key)]), now, 1, "r", |_| {
+        Default::default()
+    });
+    let pc = &p.calls[0];
+    layer
+        .call_sync(pc, CallPolicy::of(&p, 0), set.version, |c| {
+            Some(store.check(c))
+        })
+        .expect("no failures")
+        .allowed
+}
+
+/// A sweep's sync calls, sent to `store` (or failed when `fail`).
+fn sync(layer: &mut Layer, store: &mut Mem, now: Micros, fail: bool) -> usize {
+    let due = layer.syncs(now);
+    for s in &due {
+        let r = (!fail).then(|| store.check(&s.call));
+        layer.synced(s, r, now);
+    }
+    due.len()
+}
+
+/// What the store counted for `key` (a fixed window's count).
+fn counted(store: &Mem, key: &str) -> u64 {
+    store
+        .states
+        .iter()
+        .find(|(k, _)| k.contains(key))
+        .map(|(_, s)| match s {
+            crate::State::FixedWindow { count, .. } => *count,
+            _ => 0,
+        })
+        .unwrap_or(0)
+}
+
+const T0: Micros = 1_000 * SECOND;
+
+#[test]
+fn one_daemon_admits_the_limit_exactly_with_a_call_per_interval() {
+    let set = rules("{ sync_interval: 100ms }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    let mut admitted = 0;
+    let mut now = T0;
+    // 1,000 requests over 5 s, a sweep every 100 ms.
+    for i in 0..1_000u64 {
+        now = T0 + i * 5 * MILLI;
+        admitted += u64::from(ask(&set, &mut l, &mut store, "fw", now));
+        if i % 20 == 19 {
+            sync(&mut l, &mut store, now, false);
+        }
+    }
+    sync(&mut l, &mut store, now + SECOND, false);
+    assert_eq!(admitted, 100);
+    assert_eq!(
+        counted(&store, "fw"),
+        100,
+        "every admitted unit reached the count"
+    );
+    // One first call, one sync per interval while the key is busy.
+    assert!(store.calls <= 1 + 51, "{} store calls", store.calls);
+    assert!(l.stats().gate_admitted >= 99, "{:?}", l.stats());
+}
+
+#[test]
+fn a_failed_sync_keeps_its_units_for_the_next_one() {
+    let set = rules("{ sync_interval: 100ms }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    assert!(ask(&set, &mut l, &mut store, "fw", T0));
+    for i in 1..=10 {
+        assert!(ask(&set, &mut l, &mut store, "fw", T0 + i * MILLI));
+    }
+    assert_eq!(sync(&mut l, &mut store, T0 + 100 * MILLI, true), 1);
+    assert_eq!(counted(&store, "fw"), 1, "only the first call so far");
+    for i in 0..5 {
+        assert!(ask(&set, &mut l, &mut store, "fw", T0 + (110 + i) * MILLI));
+    }
+    assert_eq!(sync(&mut l, &mut store, T0 + 200 * MILLI, false), 1);
+    assert_eq!(counted(&store, "fw"), 16);
+    assert_eq!(l.stats().sync_failures, 1);
+    assert_eq!(l.stats().synced_units, 15);
+}
+
+#[test]
+fn a_gate_without_answers_stops_deciding() {
+    let set = rules("{ sync_interval: 100ms }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    assert!(ask(&set, &mut l, &mut store, "fw", T0));
+    let calls = store.calls;
+    assert!(ask(&set, &mut l, &mut store, "fw", T0 + MILLI));
+    assert_eq!(store.calls, calls, "decided by the gate");
+    for t in [100, 200, 300] {
+        sync(&mut l, &mut store, T0 + t * MILLI, true);
+    }
+    // Three intervals without an answer: the store is asked (and would fail over to the
+    // rule's on_store_failure when down).
+    assert!(ask(&set, &mut l, &mut store, "fw", T0 + 301 * MILLI));
+    assert_eq!(store.calls, calls + 1);
+    assert!(l.stats().gate_to_store >= 2);
+}
+
+#[test]
+fn two_daemons_over_admit_by_at_most_a_budget_and_count_everything() {
+    let set = rules("{ sync_interval: 100ms }");
+    let mut store = Mem::default();
+    let mut ls = [Layer::new(100, 100), Layer::new(100, 100)];
+    let mut admitted = 0;
+    let mut now = T0;
+    for i in 0..2_000u64 {
+        now = T0 + i * 2 * MILLI;
+        admitted += u64::from(ask(&set, &mut ls[(i % 2) as usize], &mut store, "fw", now));
+        if i % 50 == 49 {
+            for l in &mut ls {
+                sync(l, &mut store, now, false);
+            }
+        }
+    }
+    for l in &mut ls {
+        sync(l, &mut store, now + SECOND, false);
+    }
+    // Both spend the same budget between syncs: at most one more limit's worth.
+    assert!(
+        (100..=200).contains(&admitted),
+        "{admitted} admitted for a limit of 100"
+    );
+    assert_eq!(counted(&store, "fw"), admitted);
+}
+
+#[test]
+fn refused_while_the_budget_is_spent_until_the_next_sync() {
+    let set = rules("{ sync_interval: 1s }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    let mut admitted = 0;
+    for i in 0..150 {
+        admitted += u64::from(ask(&set, &mut l, &mut store, "fw", T0 + i * MILLI));
+    }
+    assert_eq!(admitted, 100);
+    assert_eq!(store.calls, 1, "all but the first decided here");
+    assert_eq!(l.stats().gate_refused, 50);
+}
+
+#[test]
+fn a_local_share_is_the_limit_over_the_daemons_and_the_store_decides_past_it() {
+    let set = rules("{ local_share: true }");
+    let mut store = Mem::default();
+    let mut ls: Vec<Layer> = (0..4).map(|_| Layer::new(100, 100)).collect();
+    for l in &mut ls {
+        l.set_daemons(4);
+    }
+    // Every daemon's first request asks the store; then each admits its share of 100 ÷ 4.
+    let mut admitted = 0;
+    for i in 0..100u64 {
+        admitted += u64::from(ask(
+            &set,
+            &mut ls[(i % 4) as usize],
+            &mut store,
+            "tb",
+            T0 + i,
+        ));
+    }
+    assert_eq!(admitted, 100);
+    let first = store.calls;
+    assert!(first <= 8, "{first} store calls for 100 balanced requests");
+    // Balanced, the shares are spent together with the bucket: the next are refused.
+    for l in &mut ls {
+        assert_eq!(sync(l, &mut store, T0 + 200 * MILLI, false), 1);
+    }
+    for i in 0..40u64 {
+        assert!(!ask(
+            &set,
+            &mut ls[(i % 4) as usize],
+            &mut store,
+            "tb",
+            T0 + 201 * MILLI + i
+        ));
+    }
+}
+
+#[test]
+fn one_daemon_with_all_the_traffic_still_gets_the_whole_limit() {
+    let set = rules("{ local_share: true }");
+    let mut store = Mem::default();
+    let mut ls: Vec<Layer> = (0..4).map(|_| Layer::new(100, 100)).collect();
+    for l in &mut ls {
+        l.set_daemons(4);
+    }
+    let mut admitted = 0;
+    for i in 0..300u64 {
+        let now = T0 + i * MILLI;
+        if i % 100 == 0 {
+            sync(&mut ls[0], &mut store, now, false);
+        }
+        admitted += u64::from(ask(&set, &mut ls[0], &mut store, "fw", now));
+    }
+    // The store counts the share's units from the first sync (at 100 ms, before the count
+    // is spent here): had it come later, the store would have admitted up to a share more.
+    assert_eq!(admitted, 100, "the share, then the store up to the limit");
+    assert_eq!(
+        ls[0].stats().gate_admitted,
+        24,
+        "the share, less the first request (the store's, counted in it)"
+    );
+    // The others then find the count spent.
+    for l in &mut ls[1..] {
+        assert!(!ask(&set, l, &mut store, "fw", T0 + 400 * MILLI));
+    }
+}
+
+#[test]
+fn the_share_follows_the_membership() {
+    let set = rules("{ local_share: true }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    l.set_daemons(10);
+    for i in 0..30 {
+        assert!(ask(&set, &mut l, &mut store, "fw", T0 + i));
+    }
+    // A share of 10: the first request (the store's, counted in the share), 9 here, then
+    // the store for the rest.
+    assert_eq!(l.stats().gate_admitted, 9);
+    l.set_daemons(2);
+    for i in 30..60 {
+        assert!(ask(&set, &mut l, &mut store, "fw", T0 + i));
+    }
+    // A share of 50 now, 30 of it counted already (what the store admitted counts too).
+    assert_eq!(l.stats().gate_admitted, 9 + 20);
+}
+
+#[test]
+fn a_rule_change_sends_pending_units_with_the_next_sweep() {
+    let set = rules("{ sync_interval: 10s }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    for i in 0..10 {
+        assert!(ask(&set, &mut l, &mut store, "fw", T0 + i));
+    }
+    let mut next = rules("{ sync_interval: 10s }");
+    next.version = set.version + 1;
+    // The first request under the new version retires the gate (and asks the store).
+    assert!(ask(&next, &mut l, &mut store, "fw", T0 + 20));
+    assert_eq!(sync(&mut l, &mut store, T0 + 30, false), 1);
+    assert_eq!(counted(&store, "fw"), 11);
+}
+
+#[test]
+fn drain_sends_everything_pending() {
+    let set = rules("{ sync_interval: 10s }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    for i in 0..7 {
+        assert!(ask(&set, &mut l, &mut store, "fw", T0 + i));
+    }
+    let due = l.drain_syncs(T0 + 10);
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].call.cost, 6);
+    assert!(due[0].call.items.iter().all(|i| i.charge_rejected));
+}
+
+#[test]
+fn the_block_refuses_what_a_gate_cannot_do() {
+    let bad = |rule: &str| {
+        parse_yaml(&format!("domain: api\nrules:\n  - {rule}\n"))
+            .expect_err("refused")
+            .to_string()
+    };
+    let base = "{ id: r, key: [k], algorithm: token_bucket, rate_per_s: 10, burst: 10";
+    assert!(
+        bad(&format!(
+            "{base}, hot_keys: {{ sync_interval: 1s, lease: 5 }} }}"
+        ))
+        .contains("choose one")
+    );
+    assert!(bad(&format!("{base}, hot_keys: {{ sync_interval: 5ms }} }}")).contains("100ms"));
+    assert!(bad(&format!("{base}, hot_keys: {{ sync_interval: 2 }} }}")).contains("duration"));
+    assert!(
+        bad(&format!(
+            "{base}, charge_rejected: true, hot_keys: {{ local_share: true }} }}"
+        ))
+        .contains("charges refusals")
+    );
+    assert!(
+        bad("{ id: c, key: [k], algorithm: concurrency, limit: 5, timeout: 10s, hot_keys: { sync_interval: 1s } }")
+            .contains("concurrency")
+    );
+    assert!(
+        parse_yaml(&format!(
+            "domain: api\nrules:\n  - {base}, hot_keys: {{ sync_interval: off }} }}\n"
+        ))
+        .is_ok()
+    );
+}
+
+#[test]
+fn a_share_rounds_down_and_refuses_an_empty_one() {
+    let p = Params::TokenBucket {
+        rate_per_s: 10,
+        burst: 7,
+    };
+    assert_eq!(
+        gate::share_of(&p, 3),
+        Some(Params::TokenBucket {
+            rate_per_s: 3,
+            burst: 2
+        })
+    );
+    assert_eq!(gate::share_of(&p, 8), None);
+}
