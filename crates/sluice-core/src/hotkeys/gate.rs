@@ -57,6 +57,8 @@ pub struct SyncCall {
     /// The call to send (cost = the pending units, every rule charged).
     pub call: Call,
     key: u64,
+    /// The units of a retired gate (a rule change, shutdown), not its key's live sync.
+    retired: bool,
 }
 
 #[derive(Debug)]
@@ -218,8 +220,8 @@ impl Gates {
         self.map.is_empty()
     }
 
-    /// Units admitted here whose sync call was dropped unanswered (the key was retired by a
-    /// rule change while it ran, and it failed): never added to the shared count.
+    /// Units admitted here that never reached the shared count: their sync failed while
+    /// [`Gates::new`]'s capacity of retired calls was already waiting to be sent again.
     pub fn lost(&self) -> u64 {
         self.lost
     }
@@ -259,7 +261,7 @@ impl Gates {
         } else if !fits {
             let wait = (e.answered_at + e.interval).saturating_sub(now).max(1);
             let last = aged(&e.last, now - e.answered_at);
-            return Gated::Refused(refused(call, &last, wait));
+            return Gated::Refused(refused(call, &last, wait, local));
         }
         e.pending += call.cost;
         Gated::Admitted(admitted(&e.last, local + call.cost))
@@ -289,7 +291,11 @@ impl Gates {
                 // Same hash, other keys or numbers (an override changed): the old gate's
                 // pending units still go to its keys.
                 if let Some(s) = e.take_sync(now) {
-                    self.retired.push(SyncCall { call: s, key: h });
+                    self.retired.push(SyncCall {
+                        call: s,
+                        key: h,
+                        retired: true,
+                    });
                 }
                 *e = Gate::new(call, g, result);
                 e
@@ -327,6 +333,7 @@ impl Gates {
                 out.push(SyncCall {
                     call: sync_call(&e.template, now, cost),
                     key,
+                    retired: false,
                 });
             }
             e.pending > 0
@@ -338,11 +345,11 @@ impl Gates {
 
     /// The store's answer to a sync call (`None`: it failed, its units stay pending).
     pub fn synced(&mut self, s: &SyncCall, result: Option<CallResult>, now: Micros) {
-        let e = self
+        let live = self
             .map
             .get_mut(&s.key)
-            .filter(|e| e.shape.matches(&s.call) && e.sync_since.is_some());
-        match (e, result) {
+            .filter(|e| !s.retired && e.shape.matches(&s.call) && e.sync_since.is_some());
+        match (live, result) {
             (Some(e), Some(r)) => {
                 e.in_flight = 0;
                 e.sync_since = None;
@@ -353,7 +360,25 @@ impl Gates {
                 e.sync_since = None;
             }
             (None, Some(_)) => {}
-            (None, None) => self.lost += s.call.cost,
+            (None, None) => {
+                // A retired gate's units (or a gate retired while its sync ran): to the key's
+                // gate now if it has the same numbers, else sent again with the next sweep.
+                let units = s.call.cost;
+                if let Some(e) = self
+                    .map
+                    .get_mut(&s.key)
+                    .filter(|e| e.shape.matches(&s.call))
+                {
+                    e.pending += units;
+                } else if self.retired.len() < self.capacity {
+                    self.retired.push(SyncCall {
+                        retired: true,
+                        ..s.clone()
+                    });
+                } else {
+                    self.lost += units;
+                }
+            }
         }
     }
 
@@ -362,7 +387,11 @@ impl Gates {
     pub fn retire_all(&mut self, now: Micros) {
         for (key, mut e) in self.map.drain() {
             if let Some(c) = e.take_sync(now) {
-                self.retired.push(SyncCall { call: c, key });
+                self.retired.push(SyncCall {
+                    call: c,
+                    key,
+                    retired: true,
+                });
             }
         }
     }
@@ -443,11 +472,13 @@ fn admitted(last: &CallResult, local: u64) -> CallResult {
 }
 
 /// A refusal here: nothing left of the budget for the enforced rules until the next sync in
-/// `wait` (shadow rules keep what the store said: they never refuse).
-fn refused(call: &Call, last: &CallResult, wait: Micros) -> CallResult {
+/// `wait` (shadow rules keep what the store said: they never refuse); `usage` still counts
+/// the `local` units admitted here, as admitted answers do.
+fn refused(call: &Call, last: &CallResult, wait: Micros, local: u64) -> CallResult {
     let mut r = last.clone();
     r.allowed = false;
     for (i, o) in call.items.iter().zip(&mut r.outcomes) {
+        o.usage = o.usage.saturating_add(local);
         if i.enforce {
             o.allowed = false;
             o.remaining = 0;

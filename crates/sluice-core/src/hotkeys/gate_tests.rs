@@ -326,3 +326,77 @@ fn a_share_rounds_down_and_refuses_an_empty_one() {
     );
     assert_eq!(gate::share_of(&p, 8), None);
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One request through `layer`, refused (`on_store_failure: closed`) when the store is down.
+    fn try_ask(set: &RuleSet, l: &mut Layer, store: &mut Mem, now: Micros, down: bool) -> bool {
+        let dom = set.domain("api").expect("domain");
+        let p = plan(dom, &desc(&[("k", "fw")]), now, 1, "r", |_| {
+            Default::default()
+        });
+        l.call_sync(&p.calls[0], CallPolicy::of(&p, 0), set.version, |c| {
+            (!down).then(|| store.check(c))
+        })
+        .is_some_and(|r| r.allowed)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Whatever the order of requests, outages (failed syncs) and rule changes, with the
+        /// daemons sweeping every 100 ms, every unit a gate admitted reaches the shared count
+        /// once the store answers: its count is exactly what was admitted. One daemon alone
+        /// admits past the limit by at most one request per outage (the first the store
+        /// decides after it, before the sync of the units admitted during it).
+        #[test]
+        fn no_unit_is_lost_or_counted_twice(
+            steps in prop::collection::vec((0usize..2, 0u64..40_000, 0u8..12), 1..400),
+            share in any::<bool>(),
+            two in any::<bool>(),
+        ) {
+            let block = if share { "{ local_share: true }" } else { "{ sync_interval: 100ms }" };
+            let mut set = rules(block);
+            let mut store = Mem::default();
+            let mut ls = [Layer::new(100, 100), Layer::new(100, 100)];
+            for l in &mut ls {
+                l.set_daemons(2);
+            }
+            // Inside one 10 s window (T0 is on a window boundary), so the count is a total.
+            let mut now = T0;
+            let mut tick = T0;
+            let (mut admitted, mut down, mut outages) = (0, false, 0);
+            for (d, dt, op) in steps {
+                now = (now + dt).min(T0 + 9 * SECOND);
+                while tick + lease::SWEEP <= now {
+                    tick += lease::SWEEP;
+                    for l in &mut ls {
+                        sync(l, &mut store, tick, down);
+                    }
+                }
+                let d = if two { d } else { 0 };
+                match op {
+                    0 => {
+                        outages += u64::from(!down);
+                        down = !down;
+                    }
+                    1 => set.version += 1,
+                    _ => admitted += u64::from(try_ask(&set, &mut ls[d], &mut store, now, down)),
+                }
+            }
+            for l in &mut ls {
+                for s in &l.drain_syncs(now) {
+                    let r = store.check(&s.call);
+                    l.synced(s, Some(r), now);
+                }
+                prop_assert_eq!(l.gate_lost(), 0);
+            }
+            prop_assert_eq!(counted(&store, "fw"), admitted);
+            if !two {
+                prop_assert!(admitted <= 100 + outages, "{} admitted by one daemon", admitted);
+            }
+        }
+    }
+}
