@@ -1,6 +1,7 @@
 //! The hot-key layer's cost per store call, beside which it saves a Redis round trip: an
-//! ordinary key (a miss, the common case), a cached refusal, a lease spend, and the
-//! detector's count for a key of `lease: auto` (`cargo bench -p sluice-core --bench hotkeys`).
+//! ordinary key (a miss, the common case), a cached refusal, a lease spend, the detector's
+//! count for a key of `lease: auto`, and a request decided by a sync gate and by a local share
+//! (`cargo bench -p sluice-core --bench hotkeys`).
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -18,6 +19,8 @@ rules:
   - { id: refused, match: { r: refused }, key: [k], algorithm: fixed_window, limit: 1, window: 1h }
   - { id: leased, match: { r: leased }, key: [k], algorithm: token_bucket, rate_per_s: 1000000000, burst: 1000000000, hot_keys: { lease: 1000000000 } }
   - { id: auto, match: { r: auto }, key: [k], algorithm: token_bucket, rate_per_s: 1000000, burst: 1000000, hot_keys: { lease: auto } }
+  - { id: synced, match: { r: synced }, key: [k], algorithm: token_bucket, rate_per_s: 1000000000, burst: 1000000000, hot_keys: { sync_interval: 1s } }
+  - { id: shared, match: { r: shared }, key: [k], algorithm: token_bucket, rate_per_s: 1000000000, burst: 1000000000, hot_keys: { local_share: true } }
 "#;
 
 fn bench(c: &mut Criterion) {
@@ -36,9 +39,12 @@ fn bench(c: &mut Criterion) {
         ("layer/cached refusal", "refused"),
         ("layer/lease spend", "leased"),
         ("layer/auto, cold key", "auto"),
+        ("layer/sync gate admit", "synced"),
+        ("layer/local share admit", "shared"),
     ] {
         let d = desc(r);
         let mut layer = Layer::new(100_000, 10_000);
+        layer.set_daemons(4);
         let p = plan(dom, &d, now, 1, "req", |_| Default::default());
         let policy = CallPolicy::of(&p, 0);
         // Prime: the refusal cached, the lease taken.
