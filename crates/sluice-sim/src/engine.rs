@@ -45,6 +45,7 @@ use sluice_core::algo::Kind;
 use sluice_core::batch::{Call, GiveBack};
 use sluice_core::decision::{Answer, Code, Plan, Via, plan};
 use sluice_core::hash::InlineKey;
+use sluice_core::hotkeys::gate::SyncCall;
 use sluice_core::hotkeys::{CallPolicy, Layer, lease};
 use sluice_core::merge::RemoteCounts;
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
@@ -77,6 +78,8 @@ struct Daemon {
     epoch: u32,
     /// Ship timer generation: bumped when the timer restarts (older ticks lapse).
     timer: u32,
+    /// Stopped by a `daemon_down` (its region's other daemons take its traffic).
+    up: bool,
 }
 
 struct Replica {
@@ -502,6 +505,8 @@ pub struct Sim<'a> {
     pipe: Pipe,
     regions: Vec<Region>,
     up: Vec<bool>,
+    /// Per region: which of its daemons are up (the arrivals' daemon pick).
+    live: Vec<Vec<bool>>,
     gens: Vec<Generator>,
     heap: BinaryHeap<Queued>,
     /// Per generator: its next arrival and its sequence number. Kept out of the heap (one
@@ -601,6 +606,7 @@ impl<'a> Sim<'a> {
             },
             regions,
             up: vec![true; n],
+            live: vec![vec![true; sc.daemons]; n],
             gens,
             heap: BinaryHeap::new(),
             arrivals: Vec::new(),
@@ -660,12 +666,19 @@ impl<'a> Sim<'a> {
     fn start_daemons(&mut self, r: usize) {
         let sc = self.sc;
         let name = &sc.regions[r];
-        let old_epoch = self.regions[r].daemons.first().map_or(0, |d| d.epoch);
+        // The largest: a daemon stopped alone had its epoch bumped past the others'.
+        let old_epoch = self.regions[r]
+            .daemons
+            .iter()
+            .map(|d| d.epoch)
+            .max()
+            .unwrap_or(0);
         self.pipe.send(Rec::StartDaemons { region: r });
         // The daemons that stopped keep their counters in the run's totals; their leases and
         // cached refusals went with them (a crash: nothing was given back).
         for d in &self.regions[r].daemons {
             add_stats(&mut self.metrics.layer, &d.hot.stats());
+            self.metrics.gate_lost_units += d.hot.gate_lost();
         }
         self.regions[r].daemons = (0..sc.daemons)
             .map(|_| Daemon {
@@ -674,8 +687,13 @@ impl<'a> Sim<'a> {
                 hot: Layer::new(DENY_ENTRIES, LEASES),
                 epoch: old_epoch + 1,
                 timer: 0,
+                up: true,
             })
             .collect();
+        self.live[r] = vec![true; sc.daemons];
+        for d in &mut self.regions[r].daemons {
+            d.hot.set_daemons(sc.daemons as u64);
+        }
         for d in 0..sc.daemons {
             // Sweeps spread over the period, in daemon order (no random draw: the other
             // streams stay as they were).
@@ -874,7 +892,10 @@ impl<'a> Sim<'a> {
         // Unique per request, as a daemon's are: a split rule picks its sub-count from it.
         let request_id = (self.seq + 1).to_string();
         let tg = &mut self.gens[g];
-        match tg.arrive(&self.up) {
+        let pick = tg
+            .arrive(&self.up)
+            .and_then(|(r, d, k)| Some((r, d.pick(&self.live[r])?, k)));
+        match pick {
             None => self.metrics.no_region += 1,
             Some((r, d, k)) => {
                 let cost = tg.cfg.cost;
@@ -946,7 +967,7 @@ impl<'a> Sim<'a> {
             plan,
         } = p;
         let sim_now = self.now;
-        if !self.regions[r].up {
+        if !self.regions[r].up || !self.regions[r].daemons[d].up {
             self.metrics.failed_in_flight += 1;
             return;
         }
@@ -1007,6 +1028,11 @@ impl<'a> Sim<'a> {
                 h.samples += after.samples - before.samples;
                 h.sample_skipped += after.sample_skipped - before.sample_skipped;
                 h.sample_blocked += after.sample_blocked - before.sample_blocked;
+                let gated = after.gate_admitted - before.gate_admitted;
+                h.gate_admitted += gated;
+                h.gate_admitted_units += gated * pc.call.cost;
+                h.gate_refused += after.gate_refused - before.gate_refused;
+                h.gate_to_store += after.gate_to_store - before.gate_to_store;
             }
             match res {
                 Some(result) => answers.push(Answer::Done(result)),
@@ -1174,8 +1200,14 @@ impl<'a> Sim<'a> {
         if !region.up || region.daemons[d].epoch != epoch {
             return;
         }
-        let backs = region.daemons[d].hot.sweep(now);
+        let live = self.live[r].iter().filter(|u| **u).count() as u64;
+        let hot = &mut region.daemons[d].hot;
+        // The membership as it is now: a local share is the rule's numbers ÷ this.
+        hot.set_daemons(live);
+        let backs = hot.sweep(now);
+        let syncs = hot.syncs(now);
         self.give_back(r, backs, now);
+        self.sync(r, d, syncs, now);
         let next = now + lease::SWEEP;
         if next < self.sc.duration {
             self.push(
@@ -1186,6 +1218,83 @@ impl<'a> Sim<'a> {
                     epoch,
                 },
             );
+        }
+    }
+
+    /// Sends daemon `d`'s sync calls to region `r`'s store, in the layer's order, and reports
+    /// each answer to its layer: failed while the store is out (the layer keeps the units
+    /// pending for the next one). Each is a store call of the rules of its keys.
+    fn sync(&mut self, r: usize, d: usize, syncs: Vec<SyncCall>, now: Micros) {
+        if syncs.is_empty() {
+            return;
+        }
+        self.replicate(r, now);
+        let store_ok = self.regions[r].up && now >= self.regions[r].store_down_until;
+        let sec = (now / SECOND) as usize;
+        for s in syncs {
+            let region = &mut self.regions[r];
+            let res = if store_ok {
+                region.store.check_sync(&s.call).ok()
+            } else {
+                None
+            };
+            if res.is_some()
+                && let Some(rep) = &mut region.replica
+            {
+                rep.queue
+                    .push_back((now + rep.lag, Write::Check(s.call.clone())));
+            }
+            self.metrics.store_calls += 1;
+            for ri in self.rules_of(&s.call) {
+                let h = &mut self.metrics.hot[ri];
+                h.store_calls += 1;
+                match res {
+                    Some(_) => {
+                        h.sync_calls += 1;
+                        h.synced_units += s.call.cost;
+                    }
+                    None => h.sync_failures += 1,
+                }
+                let per_s = &mut self.metrics.calls_per_s[ri];
+                if per_s.len() <= sec {
+                    per_s.resize(sec + 1, (0, 0));
+                }
+                per_s[sec].1 += 1;
+            }
+            self.regions[r].daemons[d].hot.synced(&s, res, now);
+        }
+    }
+
+    /// The rules (indices, each once, in call order) of a call's keys.
+    fn rules_of(&self, call: &Call) -> SmallVec<[usize; 4]> {
+        let mut out = SmallVec::new();
+        for it in &call.items {
+            if let Some(ri) = sluice_core::keys::parse(&it.key)
+                .and_then(|k| self.domain.rules.iter().position(|x| &*x.id == k.rule))
+                && !out.contains(&ri)
+            {
+                out.push(ri);
+            }
+        }
+        out
+    }
+
+    /// A daemon that stops: gracefully, its leases are given back and its pending units
+    /// synced, as the daemon's shutdown does; a crash loses both (the units a gate admitted
+    /// and had not synced are counted, per rule, as lost).
+    fn stop_daemon(&mut self, r: usize, d: usize, graceful: bool, now: Micros) {
+        let hot = &mut self.regions[r].daemons[d].hot;
+        if graceful {
+            let backs = hot.drain(now);
+            let syncs = hot.drain_syncs(now);
+            self.give_back(r, backs, now);
+            self.sync(r, d, syncs, now);
+        } else {
+            for s in hot.drain_syncs(now) {
+                for ri in self.rules_of(&s.call) {
+                    self.metrics.hot[ri].gate_lost_units += s.call.cost;
+                }
+            }
         }
     }
 
@@ -1227,18 +1336,19 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// The end of the run: every daemon that is up drains its leases into its store, and the
-    /// layers' counters join the run's.
+    /// The end of the run: every daemon that is up drains its leases and pending sync units
+    /// into its store, and the layers' counters join the run's.
     fn drain_layers(&mut self) {
         let now = self.sc.duration;
         for r in 0..self.regions.len() {
             for d in 0..self.regions[r].daemons.len() {
-                if self.regions[r].up {
-                    let backs = self.regions[r].daemons[d].hot.drain(now);
-                    self.give_back(r, backs, now);
+                if self.regions[r].up && self.regions[r].daemons[d].up {
+                    self.stop_daemon(r, d, true, now);
                 }
-                let st = self.regions[r].daemons[d].hot.stats();
+                let hot = &self.regions[r].daemons[d].hot;
+                let st = hot.stats();
                 add_stats(&mut self.metrics.layer, &st);
+                self.metrics.gate_lost_units += hot.gate_lost();
             }
         }
     }
@@ -1493,11 +1603,34 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         match &sc.events[i].1 {
             Event::RegionDown(r) => {
+                // A crash: what the daemons' gates had not synced is lost.
+                for d in 0..self.regions[*r].daemons.len() {
+                    if self.regions[*r].daemons[d].up {
+                        self.stop_daemon(*r, d, false, now);
+                    }
+                }
                 self.up[*r] = false;
                 let region = &mut self.regions[*r];
                 region.up = false;
                 for d in &mut region.daemons {
                     d.epoch += 1;
+                }
+            }
+            Event::DaemonDown(r, d, graceful) => {
+                let (r, d) = (*r, *d);
+                if !self.regions[r].up || !self.regions[r].daemons[d].up {
+                    return;
+                }
+                self.stop_daemon(r, d, *graceful, now);
+                let daemon = &mut self.regions[r].daemons[d];
+                daemon.up = false;
+                // Its timers and the messages addressed to it lapse.
+                daemon.epoch += 1;
+                self.live[r][d] = false;
+                // The others follow the membership at once (and at every sweep).
+                let live = self.live[r].iter().filter(|u| **u).count() as u64;
+                for x in self.regions[r].daemons.iter_mut().filter(|x| x.up) {
+                    x.hot.set_daemons(live);
                 }
             }
             Event::RegionUp(r, wipe) => {

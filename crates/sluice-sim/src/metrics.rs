@@ -170,7 +170,8 @@ pub struct RuleCounters {
 pub struct HotRule {
     /// Requests the rule applied to (one per planned call holding it).
     pub requests: u64,
-    /// Store calls made for them: calls as planned and lease calls, failed ones included.
+    /// Store calls made for them: calls as planned, lease calls and the sync calls of the
+    /// rule's keys, failed ones included.
     pub store_calls: u64,
     /// Refusals answered from the deny cache.
     pub deny_hits: u64,
@@ -190,6 +191,22 @@ pub struct HotRule {
     pub sample_skipped: u64,
     /// Requests refused by a refused sample's block.
     pub sample_blocked: u64,
+    /// Requests a gate admitted (`hot_keys.sync_interval`, `local_share`), counted to sync.
+    pub gate_admitted: u64,
+    /// Units of those requests: what the rule's sync calls owe the store.
+    pub gate_admitted_units: u64,
+    /// Requests a sync gate refused (its budget spent until the next sync).
+    pub gate_refused: u64,
+    /// Requests of gated keys sent to the store (first request, past the share, stale).
+    pub gate_to_store: u64,
+    /// Sync calls the store answered (each also in `store_calls`).
+    pub sync_calls: u64,
+    /// Sync calls that failed, the store being out (also in `store_calls`).
+    pub sync_failures: u64,
+    /// Units added to the store's counts by answered sync calls.
+    pub synced_units: u64,
+    /// Units a gate admitted and never synced: its daemon crashed first.
+    pub gate_lost_units: u64,
 }
 
 /// Bins of 0.001 up to a ratio of 10.
@@ -241,6 +258,8 @@ pub struct Metrics {
     /// Give-backs not applied: the store was out, or refused them. Their units are lost
     /// (the safe side, as in the daemon).
     pub give_backs_failed: u64,
+    /// Units gates admitted whose sync call was dropped unanswered (`Layer::gate_lost`).
+    pub gate_lost_units: u64,
 }
 
 /// Adds one layer's counters to a sum.
@@ -257,6 +276,12 @@ pub fn add_stats(sum: &mut Stats, s: &Stats) {
     sum.samples += s.samples;
     sum.sample_skipped += s.sample_skipped;
     sum.sample_blocked += s.sample_blocked;
+    sum.gate_admitted += s.gate_admitted;
+    sum.gate_refused += s.gate_refused;
+    sum.gate_to_store += s.gate_to_store;
+    sum.sync_calls += s.sync_calls;
+    sum.synced_units += s.synced_units;
+    sum.sync_failures += s.sync_failures;
 }
 
 /// Counter ids by store key: the engine numbers counters as it meets them, so the thread
@@ -398,6 +423,7 @@ impl Metrics {
             give_backs: 0,
             give_backs_moot: 0,
             give_backs_failed: 0,
+            gate_lost_units: 0,
         }
     }
 
@@ -482,6 +508,14 @@ impl Metrics {
             a.samples += b.samples;
             a.sample_skipped += b.sample_skipped;
             a.sample_blocked += b.sample_blocked;
+            a.gate_admitted += b.gate_admitted;
+            a.gate_admitted_units += b.gate_admitted_units;
+            a.gate_refused += b.gate_refused;
+            a.gate_to_store += b.gate_to_store;
+            a.sync_calls += b.sync_calls;
+            a.sync_failures += b.sync_failures;
+            a.synced_units += b.synced_units;
+            a.gate_lost_units += b.gate_lost_units;
         }
         for (a, b) in self.calls_per_s.iter_mut().zip(&o.calls_per_s) {
             if a.len() < b.len() {
@@ -496,6 +530,7 @@ impl Metrics {
         self.give_backs += o.give_backs;
         self.give_backs_moot += o.give_backs_moot;
         self.give_backs_failed += o.give_backs_failed;
+        self.gate_lost_units += o.gate_lost_units;
     }
 
     /// Global window counters some region counted above its share threshold in the window

@@ -81,6 +81,22 @@ pub struct RuleReport {
     pub sample_skipped: u64,
     /// Requests refused by a refused sample's block.
     pub sample_blocked: u64,
+    /// Requests a gate admitted (`sync_interval`, `local_share`), to be synced.
+    pub gate_admitted: u64,
+    /// Units of those requests.
+    pub gate_admitted_units: u64,
+    /// Requests a sync gate refused.
+    pub gate_refused: u64,
+    /// Requests of gated keys sent to the store.
+    pub gate_to_store: u64,
+    /// Sync calls answered (counted in `store_calls`).
+    pub sync_calls: u64,
+    /// Sync calls failed (counted in `store_calls`).
+    pub sync_failures: u64,
+    /// Units the answered sync calls added to the store's counts.
+    pub synced_units: u64,
+    /// Gate-admitted units lost unsynced with a crashed daemon.
+    pub gate_lost_units: u64,
 }
 
 /// The hot-key layers of every daemon, summed (`sluice_core::hotkeys::Layer::stats`).
@@ -116,6 +132,20 @@ pub struct HotKeysReport {
     pub sample_skipped: u64,
     /// Requests refused by a refused sample's block.
     pub sample_blocked: u64,
+    /// Requests gates admitted.
+    pub gate_admitted: u64,
+    /// Requests sync gates refused.
+    pub gate_refused: u64,
+    /// Requests of gated keys sent to the store.
+    pub gate_to_store: u64,
+    /// Sync calls answered.
+    pub sync_calls: u64,
+    /// Sync calls failed (their units stayed pending).
+    pub sync_failures: u64,
+    /// Units synced.
+    pub synced_units: u64,
+    /// Gate-admitted units whose sync was dropped unanswered (`Layer::gate_lost`).
+    pub gate_lost_units: u64,
 }
 
 /// Gossip measures.
@@ -334,6 +364,14 @@ fn rule_report(sc: &Scenario, m: &Metrics, i: usize) -> RuleReport {
         samples: h.samples,
         sample_skipped: h.sample_skipped,
         sample_blocked: h.sample_blocked,
+        gate_admitted: h.gate_admitted,
+        gate_admitted_units: h.gate_admitted_units,
+        gate_refused: h.gate_refused,
+        gate_to_store: h.gate_to_store,
+        sync_calls: h.sync_calls,
+        sync_failures: h.sync_failures,
+        synced_units: h.synced_units,
+        gate_lost_units: h.gate_lost_units,
     }
 }
 
@@ -429,6 +467,13 @@ pub fn build(
             samples: m.layer.samples,
             sample_skipped: m.layer.sample_skipped,
             sample_blocked: m.layer.sample_blocked,
+            gate_admitted: m.layer.gate_admitted,
+            gate_refused: m.layer.gate_refused,
+            gate_to_store: m.layer.gate_to_store,
+            sync_calls: m.layer.sync_calls,
+            sync_failures: m.layer.sync_failures,
+            synced_units: m.layer.synced_units,
+            gate_lost_units: m.gate_lost_units,
         },
         gossip: GossipReport {
             bytes_per_s: g.bytes as f64 / dur,
@@ -612,6 +657,11 @@ fn hot_rows(rules: &[RuleReport]) -> Vec<Vec<String>> {
             "samples",
             "sample skipped",
             "sample blocked",
+            "gate admitted",
+            "gate refused",
+            "syncs",
+            "sync failed",
+            "synced",
             "admitted/s",
             "limit/s per key",
         ]
@@ -634,6 +684,11 @@ fn hot_rows(rules: &[RuleReport]) -> Vec<Vec<String>> {
             thousands(r.samples),
             thousands(r.sample_skipped),
             thousands(r.sample_blocked),
+            thousands(r.gate_admitted),
+            thousands(r.gate_refused),
+            thousands(r.sync_calls),
+            thousands(r.sync_failures),
+            thousands(r.synced_units),
             thousands(r.admitted_per_s.round() as u64),
             trim(r.limit_per_s, 3),
         ]);
@@ -673,6 +728,20 @@ pub fn table(r: &Report) -> String {
     out.push('\n');
     out.push_str(&pad(&hot_rows(&r.rules), 1));
     let h = &r.hot_keys;
+    if h.gate_admitted + h.gate_to_store + h.sync_calls + h.sync_failures > 0 {
+        let lost: u64 = r.rules.iter().map(|x| x.gate_lost_units).sum::<u64>() + h.gate_lost_units;
+        let _ = writeln!(
+            out,
+            "gates (every daemon): {} admitted, {} refused, {} to the store · {} sync calls, {} failed · {} units synced, {} lost unsynced",
+            thousands(h.gate_admitted),
+            thousands(h.gate_refused),
+            thousands(h.gate_to_store),
+            thousands(h.sync_calls),
+            thousands(h.sync_failures),
+            thousands(h.synced_units),
+            thousands(lost),
+        );
+    }
     let _ = writeln!(
         out,
         "hot keys (every daemon): {} deny hits · {} refusals cached ({} not: full) · {} lease calls · {} units leased, {} given back, {} expired · {} give-backs applied, {} moot, {} lost · {} samples, {} answered like one, {} blocked",
@@ -763,12 +832,12 @@ pub fn table(r: &Report) -> String {
 }
 
 /// Header of the per-rule CSV.
-pub const RULES_CSV_HEADER: &str = "rule,scope,algorithm,allowed_per_window,window_s,counters,windows,contested_windows,overshoot_max,overshoot_p99,overshoot_mean,excess_units,demand,admitted,denied,false_rejections,false_rejection_pct,over_admitted,admitted_per_s,limit_per_s,requests,rule_store_calls,rule_store_calls_per_request,deny_hits,lease_spent,lease_blocked,lease_calls,leased_units,returned_units,samples,sample_skipped,sample_blocked";
+pub const RULES_CSV_HEADER: &str = "rule,scope,algorithm,allowed_per_window,window_s,counters,windows,contested_windows,overshoot_max,overshoot_p99,overshoot_mean,excess_units,demand,admitted,denied,false_rejections,false_rejection_pct,over_admitted,admitted_per_s,limit_per_s,requests,rule_store_calls,rule_store_calls_per_request,deny_hits,lease_spent,lease_blocked,lease_calls,leased_units,returned_units,samples,sample_skipped,sample_blocked,gate_admitted,gate_refused,sync_calls,sync_failures,synced_units,gate_lost_units";
 
 /// One CSV row of a rule (no newline).
 pub fn rule_csv(r: &RuleReport) -> String {
     format!(
-        "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{},{:.4},{},{:.3},{},{},{},{:.6},{},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{},{},{},{:.4},{},{:.3},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
         r.id,
         r.scope,
         r.algorithm,
@@ -801,6 +870,12 @@ pub fn rule_csv(r: &RuleReport) -> String {
         r.samples,
         r.sample_skipped,
         r.sample_blocked,
+        r.gate_admitted,
+        r.gate_refused,
+        r.sync_calls,
+        r.sync_failures,
+        r.synced_units,
+        r.gate_lost_units,
     )
 }
 

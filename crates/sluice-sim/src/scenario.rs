@@ -418,6 +418,10 @@ pub struct TrafficFile {
     /// Region changes (a client that moves).
     #[serde(default)]
     pub moves: Vec<MoveFile>,
+    /// Every request goes to this daemon of its region (a sticky client: unbalanced load)
+    /// instead of a daemon drawn at random; while it is down, the region's first daemon up.
+    #[serde(default)]
+    pub daemon: Option<u64>,
 }
 
 fn default_arrivals() -> Arrivals {
@@ -507,6 +511,20 @@ pub enum EventFile {
         /// Time without a store.
         #[serde(default)]
         outage_ms: f64,
+    },
+    /// One daemon stops (its region's other daemons take its traffic; the membership, and
+    /// so a local share, counts one fewer).
+    DaemonDown {
+        /// When.
+        at_s: f64,
+        /// Which region.
+        region: String,
+        /// Which daemon of it (0-based).
+        daemon: u64,
+        /// A graceful stop: its leases are given back and its pending sync units sent
+        /// first. Otherwise a crash: both are lost.
+        #[serde(default)]
+        graceful: bool,
     },
     /// The shipper's interval and/or threshold change.
     SetShip {
@@ -691,6 +709,8 @@ pub struct Traffic {
     pub steps: Vec<(Micros, f64)>,
     /// Region changes, in time order.
     pub moves: Vec<(Micros, Vec<usize>)>,
+    /// The daemon every request goes to, if pinned.
+    pub daemon: Option<usize>,
 }
 
 /// An event, checked.
@@ -706,6 +726,8 @@ pub enum Event {
     Heal,
     /// Failover of a region's store: (region, outage).
     StoreFailover(usize, Micros),
+    /// A daemon stops: (region, daemon, graceful).
+    DaemonDown(usize, usize, bool),
     /// New interval and/or threshold (percent).
     SetShip(Option<Micros>, Option<u8>),
 }
@@ -1177,6 +1199,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
             t,
             &f.regions,
             duration,
+            daemons,
         )?);
     }
 
@@ -1245,6 +1268,24 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
                 let outage = ms(non_negative(&format!("{at}.outage_ms"), *outage_ms)?);
                 (when(*at_s)?, Event::StoreFailover(r, outage))
             }
+            EventFile::DaemonDown {
+                at_s,
+                region,
+                daemon,
+                graceful,
+            } => {
+                let r = reg(region)?;
+                if *daemon as usize >= daemons {
+                    return Err(invalid(
+                        format!("{at}.daemon"),
+                        format!("must be below daemons_per_region ({daemons}), got {daemon}"),
+                    ));
+                }
+                (
+                    when(*at_s)?,
+                    Event::DaemonDown(r, *daemon as usize, *graceful),
+                )
+            }
             EventFile::SetShip {
                 at_s,
                 ship_interval_ms,
@@ -1305,6 +1346,7 @@ fn check_traffic(
     t: &TrafficFile,
     regions: &[String],
     duration: Micros,
+    daemons: usize,
 ) -> Result<Traffic, ScenarioError> {
     let names = |field: &str, list: &[String]| -> Result<Vec<usize>, ScenarioError> {
         if list.is_empty() {
@@ -1403,6 +1445,15 @@ fn check_traffic(
         ));
     }
     moves.sort_by_key(|m| m.0);
+    let daemon = match t.daemon {
+        Some(d) if d as usize >= daemons => {
+            return Err(invalid(
+                format!("{at}.daemon"),
+                format!("must be below daemons_per_region ({daemons}), got {d}"),
+            ));
+        }
+        d => d.map(|d| d as usize),
+    };
     Ok(Traffic {
         name: t.name.clone().unwrap_or_else(|| format!("traffic[{i}]")),
         regions: regs,
@@ -1417,6 +1468,7 @@ fn check_traffic(
         spike,
         steps,
         moves,
+        daemon,
     })
 }
 

@@ -363,6 +363,7 @@ pub fn event_marks(sc: &Scenario) -> Vec<(f64, String)> {
                 Event::Partition(_) => "partition".into(),
                 Event::Heal => "heal".into(),
                 Event::StoreFailover(r, _) => format!("{} store failover", sc.regions[*r]),
+                Event::DaemonDown(r, d, _) => format!("{} daemon {d} down", sc.regions[*r]),
                 Event::SetShip(iv, th) => {
                     let mut s = String::from("ship");
                     if let Some(iv) = iv {

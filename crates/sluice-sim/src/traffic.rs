@@ -51,8 +51,42 @@ struct Ahead {
     /// The bits of the region draw (Poisson arrivals), scaled once the count of regions up
     /// is known.
     region: u64,
-    daemon: u32,
+    /// The bits of the daemon draw, scaled once the daemons up are known (0: none drawn).
+    daemon: u64,
     key: u32,
+}
+
+/// An arrival's daemon, picked once the daemons up in its region are known: the draw scaled
+/// to the daemons up (the same pick as [`Generator::pick_daemon`] when all are), or the
+/// traffic's pinned daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DaemonDraw {
+    bits: u64,
+    pin: Option<usize>,
+}
+
+impl DaemonDraw {
+    /// The daemon among `live` (one flag per daemon of the region), `None` when none is up.
+    /// A pinned daemon that is down hands its requests to the first daemon up.
+    pub fn pick(&self, live: &[bool]) -> Option<usize> {
+        if let Some(p) = self.pin {
+            return if live.get(p) == Some(&true) {
+                Some(p)
+            } else {
+                live.iter().position(|u| *u)
+            };
+        }
+        let up = live.iter().filter(|u| **u).count();
+        if up == 0 {
+            return None;
+        }
+        let i = below_of(self.bits, up);
+        live.iter()
+            .enumerate()
+            .filter(|(_, u)| **u)
+            .nth(i)
+            .map(|(d, _)| d)
+    }
 }
 
 /// What a run keeps per key of a traffic, side by side: a request reads both, and over
@@ -99,11 +133,15 @@ impl Generator {
     /// `(region, daemon, key)`, or `None` when every region is down. The same draws, in the
     /// same order, as [`Generator::next_arrival`], [`Generator::pick_region`],
     /// [`Generator::pick_daemon`] and [`Generator::pick_key`] one request at a time.
-    pub fn arrive(&mut self, up: &[bool]) -> Option<(usize, usize, usize)> {
+    pub fn arrive(&mut self, up: &[bool]) -> Option<(usize, DaemonDraw, usize)> {
         let a = self.ahead.pop_front()?;
         let drawn = a.region;
+        let daemon = DaemonDraw {
+            bits: a.daemon,
+            pin: self.cfg.daemon,
+        };
         match self.region_among(a.at, up, |_, n| below_of(drawn, n)) {
-            Some(r) => Some((r, a.daemon as usize, a.key as usize)),
+            Some(r) => Some((r, daemon, a.key as usize)),
             None => {
                 // This request draws nothing: undo its draws and everything drawn after.
                 self.rng = a.rng;
@@ -130,7 +168,12 @@ impl Generator {
                 Arrivals::Poisson => self.rng.next_u64(),
                 Arrivals::Constant => 0,
             };
-            let daemon = self.pick_daemon(self.daemons) as u32;
+            // `pick_daemon`'s draw, kept as bits (a pinned traffic draws none).
+            let daemon = if self.daemons == 1 || self.cfg.daemon.is_some() {
+                0
+            } else {
+                self.rng.next_u64()
+            };
             let key = match (&self.cfg.keys, &self.zipf) {
                 (_, Some(_)) => {
                     // The pick now, the coin in `zipf_coins`; looked up below.
@@ -358,6 +401,7 @@ mod tests {
             spike: None,
             steps: vec![],
             moves: vec![],
+            daemon: None,
         }
     }
 
@@ -417,6 +461,24 @@ mod tests {
     }
 
     #[test]
+    fn a_daemon_down_hands_its_requests_to_the_others() {
+        let draw = DaemonDraw {
+            bits: 3 << 62,
+            pin: None,
+        };
+        // All up: the draw's own pick (`below_of(bits, 4)`); daemon 3 down: among 0, 1, 2.
+        assert_eq!(draw.pick(&[true; 4]), Some(3));
+        assert_eq!(draw.pick(&[true, true, true, false]), Some(2));
+        assert_eq!(draw.pick(&[false; 4]), None);
+        let pinned = DaemonDraw {
+            bits: 0,
+            pin: Some(2),
+        };
+        assert_eq!(pinned.pick(&[true; 4]), Some(2));
+        assert_eq!(pinned.pick(&[false, true, false, true]), Some(1));
+    }
+
+    #[test]
     fn drawing_ahead_gives_the_same_draws() {
         let mut c = cfg(1000.0, Arrivals::Poisson);
         c.keys = Keys::Zipf(500, 1.1, "k".into());
@@ -435,7 +497,10 @@ mod tests {
                 let rest = r.map(|r| (r, one.pick_daemon(4), one.pick_key()));
                 (t, rest)
             });
-            assert_eq!(Some((t, ahead.arrive(&up))), want, "arrival {n}");
+            let got = ahead
+                .arrive(&up)
+                .map(|(r, d, k)| (r, d.pick(&[true; 4]).unwrap_or(usize::MAX), k));
+            assert_eq!(Some((t, got)), want, "arrival {n}");
             n += 1;
         }
         assert_eq!(one.next_arrival(), None);
