@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3: decisions/s through one sluiced counting in Redis, and in the same run
+# Decisions/s through one sluiced counting in Redis, and in the same run
 # redis-benchmark executing the same bucket script by EVALSHA against the same Redis
 # (-c 50 -P 1, the same 10,000 users), plus one client's sequential latency and Redis's own
 # CPU per check in both runs (what the store's batching saves). Loopback only, bounded.
