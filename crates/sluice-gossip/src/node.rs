@@ -593,13 +593,15 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
         }
         return;
     }
-    // Resolve rules once per (domain, rule) in the packet, outside the table's lock.
+    // Resolve rules once per (domain, rule, sub-count) in the packet, outside the table's
+    // lock: a split rule's sub-counts each have their share of the numbers.
     let mut params: Vec<Params> = Vec::new();
-    let mut cache: HashMap<(&str, &str), Option<usize>> = HashMap::new();
+    let mut cache: HashMap<(&str, &str, Option<u32>), Option<usize>> = HashMap::new();
     let mut resolved: Vec<(String, usize, Micros, u64)> = Vec::with_capacity(u.figures.len());
     for f in &u.figures {
         let domain = f.identity.split('|').next().unwrap_or_default();
-        let slot = *cache.entry((domain, &f.rule)).or_insert_with(|| {
+        let part = sluice_core::keys::split_identity(&f.identity).1;
+        let slot = *cache.entry((domain, &f.rule, part)).or_insert_with(|| {
             inner.lookup.global_params(&f.identity, &f.rule).map(|p| {
                 params.push(p);
                 params.len() - 1

@@ -201,3 +201,61 @@ async fn one_shipper_per_region_and_no_key_works_too() {
         n.shutdown().await;
     }
 }
+
+/// Answers like [`OneRule`] and records the identities it was asked about.
+struct Recording(std::sync::Mutex<Vec<String>>);
+
+impl RuleLookup for Recording {
+    fn global_params(&self, identity: &str, rule: &str) -> Option<Params> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(identity.to_string());
+        OneRule.global_params(identity, rule)
+    }
+}
+
+/// A split rule's sub-counts have their own shares of the numbers, so a packet's figures
+/// for two sub-counts of one identity are looked up each, not the first for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sub_count_of_a_split_rule_is_looked_up() {
+    let a = Node::start(cfg("a", "a-1", &[], Some(KEY)), Arc::new(OneRule))
+        .await
+        .expect("a starts");
+    let rec = Arc::new(Recording(std::sync::Mutex::new(Vec::new())));
+    let b = Node::start(cfg("b", "b-1", &[a.local_addr()], Some(KEY)), rec.clone())
+        .await
+        .expect("b starts");
+    wait_for("membership of two regions", Duration::from_secs(10), || {
+        [&a, &b].iter().all(|n| n.members().len() == 2)
+    })
+    .await;
+    let p = params();
+    let keys: Vec<String> = (0..2)
+        .map(|part| {
+            store_key(
+                &sluice_core::keys::sub_identity("api|api_key=k1", part),
+                "g",
+                Kind::FixedWindow,
+            )
+        })
+        .collect();
+    let now = now_micros();
+    for k in &keys {
+        a.observe(k, &p, 10, now, 150, 150);
+    }
+    wait_for("b to hear both sub-counts", Duration::from_secs(5), || {
+        keys.iter()
+            .all(|k| b.remote_for(k, &p, now_micros()).cur == 150)
+    })
+    .await;
+    let asked = rec.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for part in ["api|api_key=k1|#0", "api|api_key=k1|#1"] {
+        assert!(
+            asked.iter().any(|i| i == part),
+            "{part} not looked up: {asked:?}"
+        );
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -89,7 +89,7 @@ impl HotKeys {
             };
             syncs.extend(due.into_iter().map(|c| (s, c)));
         }
-        self.sync(store, syncs, timeout).await;
+        self.sync(store, syncs, now, timeout).await;
         for g in &backs {
             let ok = matches!(
                 tokio::time::timeout(timeout, store.give_back(g)).await,
@@ -109,7 +109,15 @@ impl HotKeys {
 
     /// Sends sync calls, many at a time (the store pipelines them on its connections), and
     /// hands each answer back to its shard: a failed one keeps its units pending.
-    async fn sync(&self, store: &dyn Store, syncs: Vec<(usize, SyncCall)>, timeout: Duration) {
+    /// An answer counts from `now`, when the calls were taken (the engine's clock, not read
+    /// here): a gate's budget then ages from before the store answered, never after.
+    async fn sync(
+        &self,
+        store: &dyn Store,
+        syncs: Vec<(usize, SyncCall)>,
+        now: Micros,
+        timeout: Duration,
+    ) {
         const AT_ONCE: usize = 256;
         for chunk in syncs.chunks(AT_ONCE) {
             let answers = futures_util::future::join_all(chunk.iter().map(|(_, c)| async move {
@@ -119,7 +127,6 @@ impl HotKeys {
                 }
             }))
             .await;
-            let now = crate::engine::now_micros();
             for ((s, c), r) in chunk.iter().zip(answers) {
                 if r.is_none() {
                     let n = self.sync_failures.fetch_add(1, Ordering::Relaxed) + 1;

@@ -177,7 +177,17 @@ impl RuleLookup for Lookup {
         let domain = unescape(identity.split('|').next().unwrap_or_default());
         let set = self.rules.load();
         let r = set.domain(&domain)?.rule(rule)?;
-        (r.scope == Scope::Global && r.mode != Mode::Off).then(|| r.params.clone())
+        if r.scope != Scope::Global || r.mode == Mode::Off {
+            return None;
+        }
+        // A split rule's sub-count has its share of the numbers, not the rule's.
+        Some(match sluice_core::keys::split_identity(identity).1 {
+            Some(part) if r.hot_keys.split > 1 && part < r.hot_keys.split => {
+                sluice_core::hotkeys::split::sub_params(&r.params, part, r.hot_keys.split)
+            }
+            Some(_) if r.hot_keys.split > 1 => return None,
+            _ => r.params.clone(),
+        })
     }
 }
 
@@ -370,5 +380,38 @@ rules:
         assert!(l.global_params("a%7Cb|k=v", "g").is_some());
         assert!(l.global_params("a%7Cb|k=v", "r").is_none());
         assert!(l.global_params("other|k=v", "g").is_none());
+    }
+
+    #[test]
+    fn a_sub_count_is_looked_up_with_its_share_of_the_numbers() {
+        let set = sluice_core::rules::parse_yaml(
+            r#"
+domain: d
+rules:
+  - { id: s, key: [k], algorithm: token_bucket, rate_per_s: 10, burst: 100, scope: global, hot_keys: { split: 4 } }
+"#,
+        )
+        .expect("valid");
+        let l = Lookup {
+            rules: Published::new(set),
+        };
+        let whole = Params::TokenBucket {
+            rate_per_s: 10,
+            burst: 100,
+        };
+        for part in 0..4 {
+            assert_eq!(
+                l.global_params(&format!("d|k=v|#{part}"), "s"),
+                Some(sluice_core::hotkeys::split::sub_params(&whole, part, 4))
+            );
+        }
+        assert_eq!(
+            l.global_params("d|k=v|#1", "s"),
+            Some(Params::TokenBucket {
+                rate_per_s: 3,
+                burst: 25
+            })
+        );
+        assert_eq!(l.global_params("d|k=v|#4", "s"), None, "no such part");
     }
 }
