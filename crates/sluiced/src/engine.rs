@@ -21,7 +21,7 @@ use sluice_store::{MemoryStore, Store, StoreError};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Why a check was refused as input (HTTP 400 / gRPC `INVALID_ARGUMENT`).
 #[derive(Debug, thiserror::Error)]
@@ -49,13 +49,6 @@ pub struct Checked {
     pub request_id: String,
 }
 
-/// Wall-clock now in epoch microseconds: the only clock read on the hot path.
-pub fn now_micros() -> Micros {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as Micros)
-        .unwrap_or(0)
-}
 
 /// Supplies other regions' counts for global rules (the merge layer).
 pub trait RemoteSource: Send + Sync {

@@ -156,7 +156,7 @@ pub async fn run(
                 j.sync();
                 j.replay(
                     engine.store.as_ref(),
-                    engine::now_micros(),
+                    engine.now(),
                     Duration::from_millis(250),
                 )
                 .await;
@@ -178,7 +178,7 @@ pub async fn run(
                     _ = tokio::time::sleep(Duration::from_secs(10)) => {}
                     _ = stop.changed() => return,
                 }
-                let now = engine::now_micros();
+                let now = engine.now();
                 if let Some(m) = &memory {
                     m.sweep(now);
                 }
