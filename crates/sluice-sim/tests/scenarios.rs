@@ -75,6 +75,10 @@ fn same_scenario_and_seed_give_identical_output() {
         ),
         ("hot-sample.toml", &[("duration_s", "10")][..]),
         ("hot-split.toml", &[("duration_s", "10")][..]),
+        // Sync calls at every sweep, failing through the store's outage (15-17 s).
+        ("hot-sync.toml", &[("duration_s", "20")][..]),
+        // Local shares, a sticky client and a daemon that crashes at 10 s.
+        ("hot-tiered.toml", &[("duration_s", "15")][..]),
     ] {
         let (sc, a) = sim(name, params);
         let b = run(&sc, sc.seed, &mut |_| {});
@@ -126,7 +130,17 @@ fn bad_scenarios_are_refused_with_the_field_named() {
     let exe = env!("CARGO_BIN_EXE_sluice-sim");
     let tmp = std::env::temp_dir().join(format!("sluice-sim-bad-{}.toml", std::process::id()));
     let good = std::fs::read_to_string(path("blind-spot.toml")).expect("readable");
+    let tiered = std::fs::read_to_string(path("hot-tiered.toml")).expect("readable");
     for (bad, field) in [
+        // A daemon the region does not have (10 per region).
+        (
+            tiered.replace("daemon = 0\n", "daemon = 10\n"),
+            "traffic[1].daemon",
+        ),
+        (
+            tiered.replace("daemon = 9\n", "daemon = 12\n"),
+            "events[0].daemon",
+        ),
         (
             good.replace(
                 "[gossip]\n",
@@ -535,4 +549,121 @@ fn sampling_holds_the_limit_only_with_the_block() {
         "{}",
         a.store_calls_per_request
     );
+}
+
+/// Store calls per request of rule `id` over the seconds `from..to` of arrival (sync calls
+/// are counted in the second they are sent).
+fn calls_between(r: &Report, id: &str, from: u64, to: u64) -> f64 {
+    let c = r
+        .calls
+        .iter()
+        .find(|c| c.rule == id)
+        .unwrap_or_else(|| panic!("no calls of {id}"));
+    let (mut n, mut calls) = (0, 0);
+    for &(_, req, cl) in c.seconds.iter().filter(|x| (from..to).contains(&x.0)) {
+        n += req;
+        calls += cl;
+    }
+    calls as f64 / n.max(1) as f64
+}
+
+/// What an exact limiter admits of a token bucket of 1,000/s, burst 1,000, flooded for 30 s:
+/// the burst and the refill.
+const BUCKET_30S: u64 = 1_000 + 1_000 * 30;
+
+/// The sync gate (4 daemons, a key at 10x its bucket): each daemon decides from the budget
+/// its last store answer left and syncs once per interval. It admits at least the limit and
+/// at most one interval's budget more per daemon beyond the first; every unit it admitted
+/// reaches the store, the outage's included; and the key costs a sync call per daemon per
+/// interval instead of a call per request.
+#[test]
+fn a_sync_gate_admits_the_limit_plus_at_most_an_interval_per_extra_daemon() {
+    let daemons = 4;
+    for (interval, ms) in [("1s", 1_000u64), ("100ms", 100)] {
+        let (_, r) = sim(
+            "hot-sync.toml",
+            &[("rules.hot.hot_keys.sync_interval", interval)],
+        );
+        let h = rule(&r, "hot");
+        let intervals = 30_000 / ms;
+        // One interval's budget is at most the limit's traffic of one interval.
+        let budget = 1_000 * ms / 1_000;
+        let most = BUCKET_30S + (daemons - 1) * budget * intervals;
+        assert!(
+            (BUCKET_30S..=most).contains(&h.admitted),
+            "{interval}: admitted {} (exact {BUCKET_30S}, bound {most})",
+            h.admitted
+        );
+        // The outage's syncs failed and their units went with the next ones.
+        assert!(h.sync_failures > 0, "{interval}: no sync failed");
+        assert_eq!(h.synced_units, h.gate_admitted_units, "{interval}");
+        assert!(h.gate_admitted_units > BUCKET_30S / 2, "{interval}");
+        assert_eq!(h.gate_lost_units + r.hot_keys.gate_lost_units, 0);
+        // One sync per daemon per interval, the failed ones included.
+        let syncs = h.sync_calls + h.sync_failures;
+        assert!(
+            syncs.abs_diff(daemons * intervals) <= 2 * daemons,
+            "{interval}: {syncs} sync calls"
+        );
+        // Before the outage: about daemons / (interval × rate) store calls per request, and
+        // up to as many plain calls: a request that arrived before a sync's answer and is
+        // decided after it has a `now` older than the answer, and asks the store.
+        let want = daemons as f64 / (ms as f64 / 1_000.0 * 10_000.0);
+        let got = calls_between(&r, "hot", 5, 15);
+        assert!(
+            got >= want && got <= 2.0 * want,
+            "{interval}: {got} store calls per request, about {want} expected"
+        );
+    }
+}
+
+/// The tiered limiter (10 daemons, `local_share`): a key at twice its limit, spread or 90%
+/// on one daemon, is held within one share per sync interval of its limit, and the sticky
+/// daemon still gets the limit from the store; a key under its limit costs its sync calls
+/// alone. Every admitted unit reached the store but those of the daemon that crashed.
+#[test]
+fn a_local_share_holds_the_limit_and_a_sticky_daemon_still_reaches_it() {
+    let (_, r) = sim("hot-tiered.toml", &[]);
+    // A share is 1,000/s ÷ 10 daemons; the interval 100 ms (no sync_interval): 10 units.
+    let lag = 300 * 10;
+    for id in ["even", "skewed"] {
+        let h = rule(&r, id);
+        assert!(
+            h.admitted <= BUCKET_30S + lag,
+            "{id}: admitted {} (exact {BUCKET_30S})",
+            h.admitted
+        );
+        assert!(
+            h.admitted as f64 >= 0.97 * BUCKET_30S as f64,
+            "{id}: admitted {} (exact {BUCKET_30S})",
+            h.admitted
+        );
+        assert!(h.gate_admitted > 0, "{id}: nothing admitted locally");
+        assert!(h.store_calls_per_request < 1.0, "{id}");
+    }
+    let under = rule(&r, "under");
+    assert_eq!(
+        under.admitted, under.demand,
+        "under its limit, all admitted"
+    );
+    // 10 daemons × 10 syncs a second for 800 requests a second: 0.125.
+    assert!(
+        under.store_calls_per_request < 0.15,
+        "{}",
+        under.store_calls_per_request
+    );
+    // Every unit a gate admitted was synced, or lost with daemon 9 (at most its share's
+    // burst, 100, per key).
+    let mut lost = 0;
+    for id in ["even", "skewed", "under"] {
+        let h = rule(&r, id);
+        assert_eq!(
+            h.synced_units + h.gate_lost_units,
+            h.gate_admitted_units,
+            "{id}"
+        );
+        lost += h.gate_lost_units;
+    }
+    assert!((1..=300).contains(&lost), "{lost} units lost in the crash");
+    assert_eq!(r.hot_keys.gate_lost_units, 0);
 }
