@@ -232,7 +232,7 @@ pub struct Metrics {
     pub unavailable: u64,
     /// Requests lost with a region that went down while they were in flight.
     pub failed_in_flight: u64,
-    /// Requests that found every region down.
+    /// Requests that found every region down (or every daemon of their region).
     pub no_region: u64,
     /// Store calls that reached the store (as planned, or lease calls), failed ones
     /// included; the hot-key layer answers the others itself.
