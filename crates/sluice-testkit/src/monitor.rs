@@ -23,6 +23,9 @@ pub struct KeyCalls {
     pub first_now: Option<u64>,
     /// The daemon's `now` of the last check (epoch µs).
     pub last_now: Option<u64>,
+    /// The largest cost of one check: a sync call's is the units it adds (`hot_keys`'
+    /// `sync_interval`), an ordinary check's the request's.
+    pub max_cost: u64,
 }
 
 /// The quoted arguments of one `MONITOR` line.
@@ -53,16 +56,19 @@ fn monitor_args(line: &str) -> Vec<String> {
 /// Files one script call's keys and arguments: a check's first argument is
 /// `"now cost [stale]"` (now: epoch µs), a give-back's the rule's numbers.
 fn file_call(seen: &mut HashMap<String, KeyCalls>, keys: &[String], argv: &[String]) {
-    let first: u64 = argv
-        .first()
-        .and_then(|a| a.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let head = |i: usize| -> u64 {
+        argv.first()
+            .and_then(|a| a.split(' ').nth(i))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let (first, cost) = (head(0), head(1));
     let check = first >= 1_000_000_000_000;
     for k in keys {
         if let Some(c) = seen.get_mut(k) {
             if check {
                 c.checks += 1;
+                c.max_cost = c.max_cost.max(cost);
                 c.first_now = Some(c.first_now.map_or(first, |f| f.min(first)));
                 c.last_now = Some(c.last_now.map_or(first, |l| l.max(first)));
             } else {
