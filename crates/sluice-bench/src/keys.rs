@@ -1,11 +1,14 @@
 //! Which key each request carries: one hot key, N keys drawn uniformly, or N keys drawn from
-//! a Zipf(s) distribution (rank 1 the hottest), from a seeded generator so two runs, against
-//! Sluice and against a peer, offer the same sequence.
+//! a Zipf(s) distribution (rank 1 the hottest), from the workspace's seeded generator so two
+//! runs, against Sluice and against a peer, offer the same sequence.
 
 use anyhow::{Context as _, bail};
 use std::sync::Arc;
 
-/// Most keys a distribution may have (the Zipf table holds one f64 per key).
+pub use sluice_rng::Rng;
+use sluice_rng::Zipf;
+
+/// Most keys a distribution may have (the Zipf alias table holds 16 bytes per key).
 pub const MAX_KEYS: u64 = 10_000_000;
 
 /// A key distribution, shared by every worker.
@@ -17,8 +20,10 @@ pub enum Dist {
     Uniform(u64),
     /// Keys `0..n`, key `k` with probability proportional to `1 / (k + 1)^s`.
     Zipf {
-        /// Cumulative probabilities, one per key, the last 1.0.
-        cdf: Arc<Vec<f64>>,
+        /// The alias table, one draw per key.
+        table: Arc<Zipf>,
+        /// How many keys, for reports.
+        keys: u64,
         /// The exponent, for reports.
         s: f64,
     },
@@ -38,20 +43,9 @@ impl Dist {
                     bail!("--zipf-s must be a positive number, got {s}");
                 }
                 let n = usize::try_from(keys).context("--keys does not fit in memory")?;
-                let mut cdf = Vec::with_capacity(n);
-                let mut sum = 0.0;
-                for k in 0..n {
-                    sum += 1.0 / ((k + 1) as f64).powf(s);
-                    cdf.push(sum);
-                }
-                for c in &mut cdf {
-                    *c /= sum;
-                }
-                if let Some(last) = cdf.last_mut() {
-                    *last = 1.0;
-                }
                 Ok(Dist::Zipf {
-                    cdf: Arc::new(cdf),
+                    table: Arc::new(Zipf::new(n, s)),
+                    keys,
                     s,
                 })
             }
@@ -63,11 +57,8 @@ impl Dist {
     pub fn sample(&self, rng: &mut Rng) -> u64 {
         match self {
             Dist::Hot => 0,
-            Dist::Uniform(n) => rng.below(*n),
-            Dist::Zipf { cdf, .. } => {
-                let u = rng.unit();
-                cdf.partition_point(|c| *c < u) as u64
-            }
+            Dist::Uniform(n) => rng.range(0, n - 1),
+            Dist::Zipf { table, .. } => table.sample(rng) as u64,
         }
     }
 
@@ -81,42 +72,12 @@ impl Dist {
     }
 }
 
-/// SplitMix64: tiny, fast, and good enough to pick keys; not for anything secret.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator for one worker of a seeded run.
-    pub fn new(seed: u64, stream: u64) -> Rng {
-        Rng(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-32 for n < 2^32).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn histogram(d: &Dist, n: usize, draws: usize) -> Vec<usize> {
-        let mut rng = Rng::new(7, 1);
+        let mut rng = Rng::stream(7, 1);
         let mut h = vec![0; n];
         for _ in 0..draws {
             h[d.sample(&mut rng) as usize] += 1;
@@ -161,10 +122,10 @@ mod tests {
     fn same_seed_same_sequence() {
         let d = Dist::new("uniform", 1000, 1.0).expect("uniform");
         let a: Vec<u64> = (0..5)
-            .scan(Rng::new(1, 2), |r, _| Some(d.sample(r)))
+            .scan(Rng::stream(1, 2), |r, _| Some(d.sample(r)))
             .collect();
         let b: Vec<u64> = (0..5)
-            .scan(Rng::new(1, 2), |r, _| Some(d.sample(r)))
+            .scan(Rng::stream(1, 2), |r, _| Some(d.sample(r)))
             .collect();
         assert_eq!(a, b);
     }

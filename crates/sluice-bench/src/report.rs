@@ -34,7 +34,7 @@ pub fn json(plan: &Plan, o: &Outcome) -> Value {
         "concurrency": plan.concurrency,
         "connections": plan.connections,
         "distribution": plan.dist.name(),
-        "keys": match &plan.dist { crate::keys::Dist::Hot => 1, crate::keys::Dist::Uniform(n) => *n, crate::keys::Dist::Zipf { cdf, .. } => cdf.len() as u64 },
+        "keys": match &plan.dist { crate::keys::Dist::Hot => 1, crate::keys::Dist::Uniform(n) => *n, crate::keys::Dist::Zipf { keys, .. } => *keys },
         "zipf_s": match &plan.dist { crate::keys::Dist::Zipf { s, .. } => json!(s), _ => Value::Null },
         "seconds": (o.seconds * 1000.0).round() / 1000.0,
         "requests": answered + o.errors,

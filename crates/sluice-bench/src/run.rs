@@ -249,7 +249,7 @@ async fn open_request(
                 key_string(
                     &mut key,
                     &shape.key_prefix,
-                    dist.sample(&mut Rng::new(seed, i)),
+                    dist.sample(&mut Rng::stream(seed, i)),
                 );
                 let r = one(&mut client, &shape, &key, timeout, &shared).await;
                 if let Ok(mut p) = open.pool.lock() {
@@ -322,7 +322,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
                 let (shared, shape, dist) = (shared.clone(), shape.clone(), plan.dist.clone());
                 let (seed, timeout, max) = (plan.seed, plan.timeout, plan.max_requests);
                 workers.push(tokio::spawn(async move {
-                    let mut rng = Rng::new(seed, w as u64);
+                    let mut rng = Rng::stream(seed, w as u64);
                     let mut key = String::new();
                     let mut batch = Vec::with_capacity(BATCH);
                     while !shared.stop.load(Ordering::Relaxed) && Instant::now() < end {

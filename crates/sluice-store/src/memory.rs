@@ -22,6 +22,7 @@ use siphasher::sip::SipHasher13;
 use sluice_core::batch::{Call, CallResult, GiveBack, Write, apply_into};
 use sluice_core::hash::{InlineKey, Keyed};
 use sluice_core::{Micros, State, algo};
+use sluice_rng::splitmix64;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,15 +67,6 @@ struct Table {
     /// Slots the bound looked at since the store last read it (tests assert its cost).
     #[cfg(test)]
     visited: u64,
-}
-
-/// One step of SplitMix64: a few instructions a draw, reproducible from its seed.
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl Table {
@@ -163,7 +155,7 @@ impl Table {
         let mut best: Option<(usize, Micros)> = None;
         for _ in 0..EVICTION_SAMPLE {
             // The table's size is a power of two: the mask keeps the draw uniform.
-            let start = splitmix(&mut self.rng) as usize;
+            let start = splitmix64(&mut self.rng) as usize;
             for j in 0..probe {
                 let i = start.wrapping_add(j) & mask;
                 #[cfg(test)]
@@ -229,12 +221,12 @@ impl MemoryStore {
     /// simulator) passes a seed of its own.
     pub fn with_seed(max_keys: usize, seed: u64) -> MemoryStore {
         let mut mix = seed;
-        let shard_keys = (splitmix(&mut mix), splitmix(&mut mix));
+        let shard_keys = (splitmix64(&mut mix), splitmix64(&mut mix));
         MemoryStore {
             shards: (0..SHARDS)
                 .map(|i| {
                     Mutex::new(Shard {
-                        map: Table::new(Keyed::new(seed ^ i as u64), splitmix(&mut mix)),
+                        map: Table::new(Keyed::new(seed ^ i as u64), splitmix64(&mut mix)),
                         states: Vec::new(),
                         writes: Vec::new(),
                     })

@@ -18,12 +18,13 @@
 
 mod common;
 
-use common::{Rng, redis, sync_conn};
+use common::{redis, sync_conn};
 use redis::Value;
 use sluice_core::algo::{Calendar, CalendarUnit, Window};
 use sluice_core::batch::{Call, CallResult, GiveBack, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
+use sluice_rng::Rng;
 use sluice_store::redis::{
     CHECK_SCRIPT, GIVE_BACK_SCRIPT, decode_check, decode_give_back, encode_check, encode_give_back,
     item_keys, script_sha,
@@ -55,7 +56,7 @@ const TTL_SLACK_MS: i64 = 250;
 const CLAMPED: [Alg; 4] = [Alg::Tb, Alg::Gcra, Alg::Sl, Alg::Cc];
 
 fn small_or_big(rng: &mut Rng, small: u64, big: u64) -> u64 {
-    if rng.chance(70) {
+    if rng.chance(0.7) {
         rng.range(1, small)
     } else {
         rng.range(1, big)
@@ -66,7 +67,7 @@ fn gen_params(rng: &mut Rng, alg: Alg) -> Params {
     match alg {
         Alg::Tb => Params::TokenBucket {
             // Rates dividing 10^6 (most configured ones) store one integer; others don't.
-            rate_per_s: if rng.chance(40) {
+            rate_per_s: if rng.chance(0.4) {
                 [1, 2, 5, 10, 20, 25, 100, 1_000][rng.range(0, 7) as usize]
             } else {
                 small_or_big(rng, 50, 1_000_000)
@@ -450,7 +451,7 @@ fn run_sequence(
     skew: bool,
     tally: &mut Tally,
 ) {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::stream(seed, 0);
     let mixed = algs.len() > 1;
     let mut items: Vec<Item> = algs
         .iter()
@@ -458,12 +459,12 @@ fn run_sequence(
         .map(|(i, alg)| Item {
             key: format!("sl:{{seq{seed}}}:rule{i}"),
             params: gen_params(&mut rng, *alg),
-            enforce: !mixed || rng.chance(75),
-            charge_rejected: rng.chance(30),
+            enforce: !mixed || rng.chance(0.75),
+            charge_rejected: rng.chance(0.3),
             // Half the buckets start shared (they count `used`); the flag may flip below.
             remote: Remote {
                 cur: 0,
-                prev: u64::from(matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(50)),
+                prev: u64::from(matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(0.5)),
             },
         })
         .collect();
@@ -473,17 +474,17 @@ fn run_sequence(
     // Times of earlier calls: when a give-back's units may have been taken.
     let mut history: Vec<Micros> = Vec::with_capacity(steps as usize);
     for step in 0..steps {
-        if skew && rng.chance(25) {
+        if skew && rng.chance(0.25) {
             now -= rng.range(0, 5_000).min(now);
         } else {
             now += gap(&mut rng);
         }
         for item in items.iter_mut() {
             let alg = alg_of(&item.params);
-            if rng.chance(5) {
+            if rng.chance(0.05) {
                 item.params = change_params(&mut rng, alg, &item.params);
             }
-            if rng.chance(10) {
+            if rng.chance(0.1) {
                 let limit = item.params.limit();
                 item.remote = match alg {
                     // Cumulative consumption elsewhere: monotone. `prev` is the shared flag:
@@ -491,7 +492,7 @@ fn run_sequence(
                     // does not; a rule may switch between the two (a changed scope).
                     Alg::Tb | Alg::Gcra => Remote {
                         cur: item.remote.cur + rng.range(0, 5),
-                        prev: if rng.chance(20) {
+                        prev: if rng.chance(0.2) {
                             u64::from(item.remote.prev == 0)
                         } else {
                             item.remote.prev
@@ -507,7 +508,7 @@ fn run_sequence(
         let call = Call {
             now,
             cost: cost(&mut rng),
-            request_id: if rng.chance(50) {
+            request_id: if rng.chance(0.5) {
                 format!("r{}", rng.range(0, 3))
             } else {
                 format!("u{step}")
@@ -572,7 +573,7 @@ fn run_sequence(
         history.push(now);
         // Units leased by a check like this one, given back now and then (the call's own
         // now, an earlier call's, or some time ago).
-        while rng.chance(30) {
+        while rng.chance(0.3) {
             let ctx = format!("seed {seed} step {step}");
             give_back_step(
                 conn,
@@ -701,14 +702,14 @@ fn lua_and_rust_agree_on_random_sequences() {
     }
     // Calls mixing two to four algorithms, with shadow and charge_rejected items.
     for seed in seeds(20_000, 150) {
-        let mut rng = Rng::new(seed ^ 0xA5A5);
+        let mut rng = Rng::stream(seed ^ 0xA5A5, 0);
         let n = rng.range(2, 4);
         let algs: Vec<Alg> = (0..n).map(|_| ALL[rng.range(0, 6) as usize]).collect();
         run_sequence(&mut conn, shas, seed, &algs, false, &mut tally);
     }
     // Clocks stepping back (another daemon behind), where the core clamps time.
     for seed in seeds(40_000, 80) {
-        let mut rng = Rng::new(seed ^ 0x5A5A);
+        let mut rng = Rng::stream(seed ^ 0x5A5A, 0);
         let n = rng.range(1, 3);
         let algs: Vec<Alg> = (0..n).map(|_| CLAMPED[rng.range(0, 3) as usize]).collect();
         run_sequence(&mut conn, shas, seed, &algs, true, &mut tally);

@@ -619,7 +619,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
     };
 
     // The open loop: check i is due at start + i / rate, whatever happened before.
-    let mut rng = keys::Rng::new(a.seed, 0);
+    let mut rng = keys::Rng::stream(a.seed, 0);
     let mut i: u64 = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(2));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -631,7 +631,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         }
         let due = (el.as_secs_f64() * a.rate) as u64;
         while i < due {
-            let mut w = rng.below(total_weight);
+            let mut w = rng.range(0, total_weight.saturating_sub(1));
             let si = sh
                 .streams
                 .iter()

@@ -35,34 +35,3 @@ pub fn sync_conn(url: &str) -> redis::Connection {
         .and_then(|c| c.get_connection())
         .expect("a test connection to the test redis-server")
 }
-
-/// splitmix64: a tiny seeded generator, so every random sequence can be replayed from its
-/// seed printed on failure.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    /// True with probability `pct`%.
-    pub fn chance(&mut self, pct: u64) -> bool {
-        self.next_u64() % 100 < pct
-    }
-}
