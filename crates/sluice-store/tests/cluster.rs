@@ -99,7 +99,7 @@ async fn redis_cluster_slots_conformance_and_live_migration() {
     let slot = key_slot(&keys[0]);
     for k in &keys {
         assert_eq!(key_slot(k), slot, "{k}");
-        assert_eq!(sluice_testkit::key_slot(k), slot, "{k}");
+        assert_eq!(cluster.slot_of(k).expect("CLUSTER KEYSLOT"), slot, "{k}");
     }
     let r = check(&*store, &call(T0, 1, "r1", items.clone())).await;
     assert!(r.allowed);

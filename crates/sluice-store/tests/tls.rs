@@ -10,7 +10,7 @@ mod common;
 use common::cases::{self, T0, call, check, item};
 use sluice_core::Params;
 use sluice_store::redis::{RedisConfig, RedisTlsConfig};
-use sluice_testkit::{ClusterOptions, RedisCluster, RedisServer, RedisTls, TestPki, key_slot};
+use sluice_testkit::{ClusterOptions, RedisCluster, RedisServer, RedisTls, TestPki};
 use std::collections::BTreeSet;
 
 fn pki() -> TestPki {
@@ -130,7 +130,7 @@ async fn cluster_over_tls_reaches_every_primary() {
             "3 primaries own the slots of a thousand identities"
         );
         let key = format!("sl:{{id{n}}}:g");
-        let node = cluster.node_for_slot(key_slot(&key)).expect("slot owner");
+        let node = cluster.node_for_key(&key).expect("slot owner");
         let r = check(store.as_ref(), &call(T0, 1, "r", vec![item(&key, gcra())])).await;
         assert!(r.allowed, "{key}");
         let stored = cluster.node(node).cmd(&["EXISTS", &key]).expect("EXISTS");

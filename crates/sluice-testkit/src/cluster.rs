@@ -1,4 +1,4 @@
-//! A real Redis Cluster on loopback, and the key → slot function.
+//! A real Redis Cluster on loopback.
 //!
 //! The store keeps every key of one identity under one hash tag `{identity}` so a multi-bucket
 //! check is a single-slot script; that, `MOVED`/`ASK` handling during a live resharding, and
@@ -30,59 +30,6 @@ const PROPAGATION_TIMEOUT: Duration = Duration::from_secs(15);
 const MIGRATE_BATCH: usize = 100;
 /// How many ports a node start tries when another process grabs its port first.
 const PORT_ATTEMPTS: usize = 3;
-
-/// CRC16/XMODEM (polynomial 0x1021, initial value 0), the checksum Redis Cluster hashes keys
-/// with.
-#[must_use]
-pub fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// The Redis Cluster hash slot of `key`: CRC16/XMODEM mod 16384, hashing only the hash tag
-/// when the key has one.
-///
-/// Lets tests predict which node owns a key (and check that the store's keys for one identity
-/// share a slot) without asking the server. The hash-tag rule: if the key contains `{`, and a
-/// `}` follows it with at least one byte in between, only the bytes between the first `{` and
-/// the first `}` after it are hashed.
-///
-/// Written apart from `sluice_store::redis::key_slot` on purpose, so this crate needs none of
-/// the store's dependencies: `tests/real_servers.rs` holds it to a real server's
-/// `CLUSTER KEYSLOT`, and the store's unit tests hold the store's copy to this one.
-#[must_use]
-pub fn key_slot(key: &str) -> u16 {
-    key_slot_bytes(key.as_bytes())
-}
-
-/// [`key_slot`] for binary keys.
-///
-/// Keys are bytes in Redis; the store may build keys that are not UTF-8.
-#[must_use]
-pub fn key_slot_bytes(key: &[u8]) -> u16 {
-    let hashed = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .filter(|&close| close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(key);
-    crc16(hashed) % SLOTS
-}
 
 /// How to build a [`RedisCluster`].
 ///
@@ -457,11 +404,33 @@ impl RedisCluster {
             .ok_or_else(|| anyhow!("slot {slot} is owned by unknown port {port}"))
     }
 
+    /// The slot of `key`, as the first live node computes it (`CLUSTER KEYSLOT`).
+    ///
+    /// The server's answer rather than a copy of its hash, so a test can check the store's
+    /// own slot function against it.
+    pub fn slot_of(&self, key: &str) -> Result<u16> {
+        let mut last = anyhow!("no live node in the cluster");
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !self.is_live(i) {
+                continue;
+            }
+            match node.cmd(&["CLUSTER", "KEYSLOT", key]) {
+                Ok(text) => {
+                    return text
+                        .parse()
+                        .with_context(|| format!("CLUSTER KEYSLOT {key:?} answered {text:?}"));
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last.context(format!("CLUSTER KEYSLOT {key:?}")))
+    }
+
     /// The index of the primary owning `key`'s slot.
     ///
-    /// Shorthand for `node_for_slot(key_slot(key))`.
+    /// Shorthand for `node_for_slot(slot_of(key)?)`.
     pub fn node_for_key(&self, key: &str) -> Result<usize> {
-        self.node_for_slot(key_slot(key))
+        self.node_for_slot(self.slot_of(key)?)
     }
 
     /// Moves `slot` from primary `from` to primary `to` while the cluster is live, with the
@@ -706,38 +675,6 @@ fn owner_port(view: &[NodeView], slot: u16) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn crc16_check_value() {
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(crc16(b""), 0);
-    }
-
-    #[test]
-    fn known_slots() {
-        assert_eq!(key_slot("foo"), 12182);
-        assert_eq!(key_slot("bar"), 5061);
-        assert_eq!(key_slot("123456789"), 0x31C3); // 12739 < 16384
-        assert_eq!(key_slot(""), 0);
-    }
-
-    #[test]
-    fn hash_tags() {
-        assert_eq!(
-            key_slot("{user1000}.following"),
-            key_slot("{user1000}.followers")
-        );
-        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
-        // Only the first `{...}` counts.
-        assert_eq!(key_slot("foo{bar}{zap}"), key_slot("bar"));
-        // An empty tag hashes the whole key.
-        assert_eq!(key_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
-        // No closing brace: the whole key.
-        assert_eq!(key_slot("foo{bar"), crc16(b"foo{bar") % 16384);
-        // The tag ends at the first `}` after the first `{`.
-        assert_eq!(key_slot("foo{{bar}}zap"), key_slot("{bar"));
-        assert_eq!(key_slot_bytes(b"{\xff\x00}x"), key_slot_bytes(b"\xff\x00"));
-    }
 
     #[test]
     fn parses_cluster_nodes() -> Result<()> {

@@ -17,8 +17,8 @@
 //! - [`resp`]: a tiny blocking RESP2 client ([`RespConn`], [`Reply`]) for test assertions.
 //! - [`redis`]: [`RedisServer`], one throwaway `redis-server` (pause, resume, kill, restart).
 //! - [`monitor`]: [`Monitor`], Sluice's script calls per key as Redis's `MONITOR` shows them.
-//! - [`cluster`]: [`RedisCluster`] (N primaries × r replicas, live slot migration) and the
-//!   pure [`key_slot`] function.
+//! - [`cluster`]: [`RedisCluster`] (N primaries × r replicas, live slot migration, a key's
+//!   slot as the server computes it).
 //! - [`proxy`]: [`TcpProxy`], a loopback forwarder whose links can be cut and restored.
 //! - [`postgres`]: [`Postgres`], a throwaway database on the machine's shared server.
 //! - [`daemon`]: [`Daemon`], a spawned project binary with captured logs, and [`cargo_bin`].
@@ -49,7 +49,7 @@ pub mod tls;
 
 mod process;
 
-pub use cluster::{ClusterOptions, RedisCluster, RedisTls, key_slot, key_slot_bytes};
+pub use cluster::{ClusterOptions, RedisCluster, RedisTls};
 pub use daemon::{Daemon, cargo_bin};
 pub use http::{HttpResponse, http_get, http_request};
 pub use monitor::{KeyCalls, Monitor};
