@@ -238,11 +238,9 @@ impl Gates {
         }
         e.interval = g.interval;
         // Stale, or the window its counts are from has ended (shipped on, they would pass
-        // for the new window's).
-        if now < e.answered_at
-            || now >= e.answered_at + STALE_INTERVALS * g.interval
-            || now >= e.window_end_at
-        {
+        // for the new window's). A request stamped before the last answer arrived (it
+        // waited for the lock) is decided on it: the answer is the newer news.
+        if now >= e.answered_at + STALE_INTERVALS * g.interval || now >= e.window_end_at {
             return Gated::Store;
         }
         let local = e.pending + e.in_flight;
@@ -260,7 +258,7 @@ impl Gates {
             }
         } else if !fits {
             let wait = (e.answered_at + e.interval).saturating_sub(now).max(1);
-            let last = aged(&e.last, now - e.answered_at);
+            let last = aged(&e.last, now.saturating_sub(e.answered_at));
             return Gated::Refused(refused(call, &last, wait, local));
         }
         e.pending += call.cost;
