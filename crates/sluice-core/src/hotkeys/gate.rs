@@ -124,6 +124,27 @@ fn budget(call: &Call, result: &CallResult) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// The units of a refused sync that its buckets could not take: a charged refusal drains a
+/// bucket to empty at most, so past what it held the units are not counted. 0 when any rule
+/// is a window (it counts past its limit; charging it again would count them twice).
+fn unpaid(call: &Call, result: &CallResult) -> u64 {
+    if result.allowed
+        || call
+            .items
+            .iter()
+            .any(|i| !matches!(i.params.kind(), Kind::TokenBucket | Kind::Gcra))
+    {
+        return 0;
+    }
+    call.items
+        .iter()
+        .zip(&result.outcomes)
+        .filter(|(i, o)| i.enforce && !o.allowed)
+        .map(|(_, o)| call.cost.saturating_sub(o.remaining))
+        .max()
+        .unwrap_or(0)
+}
+
 /// A rule's numbers ÷ `daemons` (rounded down, so the shares add up to at most the rule), or
 /// `None` when a share would hold nothing.
 pub fn share_of(params: &Params, daemons: u64) -> Option<Params> {
@@ -351,6 +372,9 @@ impl Gates {
             (Some(e), Some(r)) => {
                 e.in_flight = 0;
                 e.sync_since = None;
+                // What a bucket could not take goes with the next sync: the units were
+                // admitted, and a bucket that only drains to empty would forget them.
+                e.pending += unpaid(&s.call, &r);
                 e.refresh(&s.call, &r, now);
             }
             (Some(e), None) => {
