@@ -1,77 +1,24 @@
 //! A minimal HTTP/1.1 keep-alive client over a tokio `TcpStream`: one connection per worker,
 //! one request at a time, `Content-Length` bodies only (what sluiced's JSON API sends). Kept
-//! this small so the client's own cost stays low and visible next to the server's.
+//! this small so the client's own cost stays low and visible next to the server's; the response
+//! heads are parsed by the workspace's one HTTP/1.1 parser (`sluice_http1::parse_head`).
 
 use anyhow::{Context as _, anyhow, bail};
+use sluice_http1::{Body, Head, parse_head};
 use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-/// Largest response head or body accepted.
-const MAX_RESPONSE: usize = 1 << 20;
+/// Largest response body accepted.
+const MAX_BODY: usize = 1 << 20;
 
-/// A response's status line and framing, parsed from its head.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    /// Status code.
-    pub status: u16,
-    /// Bytes of the head, through the blank line.
-    pub head_len: usize,
-    /// Body length.
-    pub content_length: usize,
-    /// The server will close the connection after this response.
-    pub close: bool,
-}
-
-/// Parses a response head, `Ok(None)` while it is incomplete.
-pub fn parse_head(buf: &[u8]) -> anyhow::Result<Option<Head>> {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        if buf.len() > MAX_RESPONSE {
-            bail!("response head over {MAX_RESPONSE} bytes");
-        }
-        return Ok(None);
-    };
-    let text = std::str::from_utf8(&buf[..end]).context("response head is not UTF-8")?;
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or_default();
-    if !version.starts_with("HTTP/1.") {
-        bail!("not an HTTP/1.x response: {status_line:?}");
+/// The body length of a response head, `Content-Length` framing only.
+fn body_len(head: &Head) -> anyhow::Result<usize> {
+    match head.body {
+        Body::Length(n) if n > MAX_BODY => bail!("response body of {n} bytes is too large"),
+        Body::Length(n) => Ok(n),
+        other => bail!("a response framed {other:?} is not supported by this client"),
     }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow!("bad status line {status_line:?}"))?;
-    let mut content_length = None;
-    let mut close = version == "HTTP/1.0";
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            bail!("bad header line {line:?}");
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            content_length = Some(
-                value
-                    .parse::<usize>()
-                    .with_context(|| format!("bad content-length {value:?}"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            bail!("transfer-encoding {value:?} is not supported by this client");
-        } else if name.eq_ignore_ascii_case("connection") {
-            close = value.eq_ignore_ascii_case("close");
-        }
-    }
-    let content_length = content_length.unwrap_or(0);
-    if content_length > MAX_RESPONSE {
-        bail!("response body of {content_length} bytes is too large");
-    }
-    Ok(Some(Head {
-        status,
-        head_len: end + 4,
-        content_length,
-        close,
-    }))
 }
 
 /// One keep-alive connection, reopened after an error or a `Connection: close`.
@@ -127,14 +74,14 @@ impl Http1 {
         conn.write_all(&self.request).await?;
 
         let head = loop {
-            if let Some(h) = parse_head(&self.buf)? {
+            if let Some(h) = parse_head(&self.buf).context("reading the response head")? {
                 break h;
             }
             if self.read_more().await? == 0 {
                 bail!("connection closed before the response head");
             }
         };
-        let total = head.head_len + head.content_length;
+        let total = head.head_len + body_len(&head)?;
         while self.buf.len() < total {
             if self.read_more().await? == 0 {
                 bail!("connection closed inside the response body");
@@ -163,21 +110,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn heads_parse_incrementally() {
-        let full =
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nContent-Length: 5\r\n\r\nhello";
-        assert_eq!(parse_head(&full[..20]).expect("partial"), None);
-        let h = parse_head(full).expect("ok").expect("complete");
-        assert_eq!(h.status, 200);
-        assert_eq!(h.content_length, 5);
-        assert_eq!(&full[h.head_len..], b"hello");
-        assert!(!h.close);
-        let h = parse_head(b"HTTP/1.1 429 Too Many\r\nConnection: close\r\n\r\n")
-            .expect("ok")
-            .expect("complete");
-        assert_eq!((h.status, h.content_length, h.close), (429, 0, true));
-        assert!(parse_head(b"SSH-2.0\r\n\r\n").is_err());
-        assert!(parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").is_err());
+    fn only_content_length_bodies_are_read() {
+        let head = |raw: &[u8]| parse_head(raw).expect("ok").expect("complete");
+        let h = head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(body_len(&h).expect("framed"), 5);
+        assert_eq!(
+            body_len(&head(b"HTTP/1.1 204 No Content\r\n\r\n")).expect("empty"),
+            0
+        );
+        assert!(
+            body_len(&head(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            ))
+            .is_err()
+        );
+        assert!(body_len(&head(b"HTTP/1.1 200 OK\r\nContent-Length: 2000000\r\n\r\n")).is_err());
     }
 
     #[tokio::test]

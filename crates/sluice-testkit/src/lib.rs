@@ -24,7 +24,8 @@
 //! - [`daemon`]: [`Daemon`], a spawned project binary with captured logs, and [`cargo_bin`].
 //! - [`sluiced`]: [`SluicedOnRules`], a healthy `sluiced` started from a rules file alone.
 //! - [`tempdir`]: [`TempDir`], a scratch directory for a test's config files.
-//! - [`http`]: [`http_request`], a minimal HTTP/1.1 client for the daemons' JSON APIs.
+//! - [`http`]: [`http_request`], blocking HTTP/1.1 calls to the daemons' JSON APIs, on the
+//!   workspace's one client (`sluice-http1`).
 //! - [`grpc_wire`]: raw HTTP/2 gRPC calls (async, on h2): a framed message, a call opened
 //!   with any headers and its body left open, the answer's `grpc-status`.
 //! - [`tls`]: [`TestPki`], a CA with server and client certificates made at test time.
