@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The hot-key layer with and without, side by side in one run on one Redis: four sluiced
-# (deny cache on / off, a leased hot key / the same key without a lease), sluice-bench
-# alternating between them so the machine's noise hits both sides of each pair. Every run
-# loads one key: for the deny cache a token bucket at each of DENY_LIMITS, offered 10x its
-# limit (open loop) and then as fast as it is answered (closed loop, 64 in flight); for the
-# lease one bucket of LEASE_RATE, closed loop. Per run: decisions/s, latency, Redis CPU per
+# The hot-key layer with and without, side by side in one run on one Redis: six sluiced
+# (deny cache on / off, a leased hot key / the same key without a lease, the sync gate /
+# the plain store path), sluice-bench alternating between them so the machine's noise hits
+# both sides of each pair. Every run loads one key: for the deny cache a token bucket at each
+# of DENY_LIMITS, offered 10x its limit (open loop) and then as fast as it is answered
+# (closed loop, 64 in flight); for the lease one bucket of LEASE_RATE, closed loop; for the
+# sync gate (sync_interval: 1s, deny cache off on both sides) a bucket of GATE_LIMIT, 10x
+# open loop and closed loop. Per run: decisions/s, latency, Redis CPU per
 # decision (INFO cpu used_cpu_user + used_cpu_sys, delta over the run, divided by the
 # decisions), Redis script runs per decision (INFO commandstats), the daemon's CPU per
 # decision and the layer's counters. Results: bench/results/hot-keys-<timestamp>.json; a
@@ -16,9 +18,10 @@
 #
 # Env: SECONDS_EACH (10), ROUNDS (2), DENY_LIMITS ("100 500": the open loop offers 10x each,
 # keep it below what one daemon core serves), LEASE_RATE (50000/s: a closed loop here stays
-# under it, so every request is admitted and what differs is only who counts),
+# under it, so every request is admitted and what differs is only who counts), GATE_LIMIT
+# (500/s: offered 10x open loop),
 # SERVER_CPU / LOAD_CPU / REDIS_CPU (pinning, common.sh; the four daemons share SERVER_CPU,
-# one loaded at a time).
+# one loaded at a time). SECTIONS ("deny lease gate"): which pairs run.
 source "$(dirname "$0")/common.sh"
 [ -x "$SLUICED" ] || { echo "$SLUICED is missing: cargo build --release -p sluiced" >&2; exit 2; }
 [ -x "$BENCH" ] || { echo "$BENCH is missing: cargo build --release -p sluice-bench" >&2; exit 2; }
@@ -28,6 +31,8 @@ WARMUP="${WARMUP:-1}"
 ROUNDS="${ROUNDS:-2}"
 DENY_LIMITS="${DENY_LIMITS:-100 500}"
 LEASE_RATE="${LEASE_RATE:-50000}"
+GATE_LIMIT="${GATE_LIMIT:-500}"
+SECTIONS="${SECTIONS:-deny lease gate}"
 STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="$ROOT/bench/results/hot-keys-$STAMP.json"
 LOAD_BEFORE="$(cut -d' ' -f1 /proc/loadavg)"
@@ -47,13 +52,19 @@ lease_rules() { # lease_rules auto|off
   printf 'domain: bench\nrules:\n  - { id: hot, match: { route: hot }, key: [user], algorithm: token_bucket, rate_per_s: %s, burst: %s, hot_keys: { lease: %s } }\n' \
     "$LEASE_RATE" "$LEASE_RATE" "$1"
 }
+gate_rules() { # gate_rules 'HOT_KEYS': the sync gate's bucket with that hot_keys block
+  printf 'domain: bench\nrules:\n  - { id: gate, match: { route: gate }, key: [user], algorithm: token_bucket, rate_per_s: %s, burst: %s, hot_keys: { %s } }\n' \
+    "$GATE_LIMIT" "$GATE_LIMIT" "$1"
+}
 deny_rules true >"$WORK/deny-on.yaml"
 deny_rules false >"$WORK/deny-off.yaml"
 lease_rules auto >"$WORK/lease-auto.yaml"
 lease_rules off >"$WORK/lease-off.yaml"
+gate_rules 'sync_interval: 1s, deny_cache: false' >"$WORK/gate-1s.yaml"
+gate_rules 'deny_cache: false' >"$WORK/gate-off.yaml"
 
 declare -A GRPC HTTP PID
-for v in deny-on deny-off lease-auto lease-off; do
+for v in deny-on deny-off lease-auto lease-off gate-1s gate-off; do
   GRPC[$v]="$(free_port)"; HTTP[$v]="$(free_port)"
   pin "$SERVER_CPU" "$SLUICED" --rules "$WORK/$v.yaml" --redis "redis://127.0.0.1:$REDIS_PORT/" \
     --store-timeout-ms 200 --http-addr "127.0.0.1:${HTTP[$v]}" --grpc-addr "127.0.0.1:${GRPC[$v]}" \
@@ -83,7 +94,9 @@ daemon_counters() {
 import json, sys
 want = ("sluice_store_batched_calls_total", "sluice_store_script_runs_total",
         "sluice_deny_cache_hits_total", "sluice_lease_calls_total", "sluice_lease_spent_total",
-        "sluice_lease_blocked_total", "sluice_leased_units_total", "sluice_lease_returned_units_total")
+        "sluice_lease_blocked_total", "sluice_leased_units_total", "sluice_lease_returned_units_total",
+        "sluice_gate_admitted_total", "sluice_gate_refused_total", "sluice_gate_to_store_total",
+        "sluice_sync_calls_total", "sluice_synced_units_total", "sluice_sync_failures_total")
 m = {}
 for l in sys.stdin:
     p = l.split()
@@ -150,8 +163,9 @@ print("  round %d %-28s %-10s %8.0f decisions/s, allowed %d, p50 %s us, p99 %s u
          x["redis_cpu_us_per_decision"], x["redis_cpu_net_us_per_decision"], x["script_runs_per_decision"], x["load1"]))' >&2
 }
 
+has() { [[ " $SECTIONS " == *" $1 "* ]]; }
 for round in $(seq 1 "$ROUNDS"); do
-  for l in $DENY_LIMITS; do
+  has deny && for l in $DENY_LIMITS; do
     for v in deny-on deny-off; do
       run "$round" "limit $l/s, 10x, open loop" "$v" "l$l" --rate "$((10 * l))" --concurrency 512
     done
@@ -159,19 +173,28 @@ for round in $(seq 1 "$ROUNDS"); do
       run "$round" "limit $l/s, closed loop" "$v" "l$l" --concurrency 64
     done
   done
-  for v in lease-auto lease-off; do
+  has lease && for v in lease-auto lease-off; do
     run "$round" "hot key, closed loop" "$v" hot --concurrency 64
   done
+  if has gate; then
+    for v in gate-1s gate-off; do
+      run "$round" "gate $GATE_LIMIT/s, 10x, open loop" "$v" gate --rate "$((10 * GATE_LIMIT))" --concurrency 512
+    done
+    for v in gate-1s gate-off; do
+      run "$round" "gate $GATE_LIMIT/s, closed loop" "$v" gate --concurrency 64
+    done
+  fi
 done
 
-python3 - "$RESULTS" "$OUT" "$STAMP" "$LOAD_BEFORE" "$DENY_LIMITS" "$LEASE_RATE" "$SECS" "$IDLE_CPU_PER_S" <<'PY'
+python3 - "$RESULTS" "$OUT" "$STAMP" "$LOAD_BEFORE" "$DENY_LIMITS" "$LEASE_RATE" "$SECS" "$IDLE_CPU_PER_S" "$GATE_LIMIT" "$SECTIONS" <<'PY'
 import json, os, statistics, sys
-src, out, stamp, load, limits, lease_rate, secs, idle = sys.argv[1:]
+src, out, stamp, load, limits, lease_rate, secs, idle, gate_limit, sections = sys.argv[1:]
 runs = [json.loads(l) for l in open(src)]
 doc = {
     "stamp": stamp, "cpus": os.cpu_count(), "load1_before": float(load),
     "deny_limits_per_s": [int(x) for x in limits.split()],
     "lease": {"rate_per_s": int(lease_rate)}, "seconds_each": float(secs),
+    "gate": {"rate_per_s": int(gate_limit), "sync_interval": "1s"}, "sections": sections.split(),
     "redis_idle_cpu_per_s": float(idle), "runs": runs,
 }
 json.dump(doc, open(out, "w"), indent=1)
