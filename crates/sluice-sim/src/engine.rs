@@ -1245,15 +1245,16 @@ impl<'a> Sim<'a> {
                     .push_back((now + rep.lag, Write::Check(s.call.clone())));
             }
             self.metrics.store_calls += 1;
+            let answered = res.is_some();
+            let took = self.regions[r].daemons[d].hot.synced(&s, res, now);
             for ri in self.rules_of(&s.call) {
                 let h = &mut self.metrics.hot[ri];
                 h.store_calls += 1;
-                match res {
-                    Some(_) => {
-                        h.sync_calls += 1;
-                        h.synced_units += s.call.cost;
-                    }
-                    None => h.sync_failures += 1,
+                if answered {
+                    h.sync_calls += 1;
+                    h.synced_units += took;
+                } else {
+                    h.sync_failures += 1;
                 }
                 let per_s = &mut self.metrics.calls_per_s[ri];
                 if per_s.len() <= sec {
@@ -1261,7 +1262,6 @@ impl<'a> Sim<'a> {
                 }
                 per_s[sec].1 += 1;
             }
-            self.regions[r].daemons[d].hot.synced(&s, res, now);
         }
     }
 

@@ -165,6 +165,7 @@ impl HotKeys {
             t.gate_to_store += st.gate_to_store;
             t.sync_calls += st.sync_calls;
             t.synced_units += st.synced_units;
+            t.sync_carried += st.sync_carried;
             t.sync_failures += st.sync_failures;
             deny += l.deny_entries();
             leases += l.lease_entries();
@@ -177,7 +178,7 @@ impl HotKeys {
 impl crate::metrics::Exporter for HotKeys {
     fn render(&self, out: &mut String) {
         let (t, deny, leases, gates) = self.totals();
-        let series: [(&str, &str, &str, u64); 22] = [
+        let series: [(&str, &str, &str, u64); 23] = [
             (
                 "sluice_deny_cache_hits_total",
                 "counter",
@@ -292,6 +293,12 @@ impl crate::metrics::Exporter for HotKeys {
                 "counter",
                 "Units added to shared counts by sync calls.",
                 t.synced_units,
+            ),
+            (
+                "sluice_sync_carried_units_total",
+                "counter",
+                "Units of answered syncs a bucket could not take, sent again with the next sync.",
+                t.sync_carried,
             ),
             (
                 "sluice_sync_failures_total",

@@ -362,8 +362,9 @@ impl Gates {
         out
     }
 
-    /// The store's answer to a sync call (`None`: it failed, its units stay pending).
-    pub fn synced(&mut self, s: &SyncCall, result: Option<CallResult>, now: Micros) {
+    /// The store's answer to a sync call (`None`: it failed, its units stay pending). Returns
+    /// the units its buckets could not take, sent again with the next sync.
+    pub fn synced(&mut self, s: &SyncCall, result: Option<CallResult>, now: Micros) -> u64 {
         let live = self
             .map
             .get_mut(&s.key)
@@ -374,8 +375,10 @@ impl Gates {
                 e.sync_since = None;
                 // What a bucket could not take goes with the next sync: the units were
                 // admitted, and a bucket that only drains to empty would forget them.
-                e.pending += unpaid(&s.call, &r);
+                let carried = unpaid(&s.call, &r);
+                e.pending += carried;
                 e.refresh(&s.call, &r, now);
+                return carried;
             }
             (Some(e), None) => {
                 e.pending += std::mem::take(&mut e.in_flight);
@@ -402,6 +405,7 @@ impl Gates {
                 }
             }
         }
+        0
     }
 
     /// Retires every gate (a rule change, shutdown): pending units go out with the next

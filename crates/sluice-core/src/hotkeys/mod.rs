@@ -370,8 +370,10 @@ pub struct Stats {
     pub gate_to_store: u64,
     /// Sync calls the store answered.
     pub sync_calls: u64,
-    /// Units added to shared counts by answered sync calls.
+    /// Units added to shared counts by answered sync calls (what they took).
     pub synced_units: u64,
+    /// Units of answered syncs a bucket could not take, sent again with the next sync.
+    pub sync_carried: u64,
     /// Sync calls that failed (their units stay pending).
     pub sync_failures: u64,
 }
@@ -634,16 +636,21 @@ impl Layer {
         self.gates.syncs(now)
     }
 
-    /// The store's answer to a sync call, `None` when it failed.
-    pub fn synced(&mut self, s: &SyncCall, result: Option<CallResult>, now: Micros) {
-        match &result {
-            Some(_) => {
-                self.stats.sync_calls += 1;
-                self.stats.synced_units += s.call.cost;
-            }
-            None => self.stats.sync_failures += 1,
+    /// The store's answer to a sync call, `None` when it failed. Returns the units the shared
+    /// count took (0 for a failed call; less than the call's cost when a bucket could not take
+    /// them all, the rest sent again with the next sync).
+    pub fn synced(&mut self, s: &SyncCall, result: Option<CallResult>, now: Micros) -> u64 {
+        let answered = result.is_some();
+        let carried = self.gates.synced(s, result, now);
+        if answered {
+            self.stats.sync_calls += 1;
+            self.stats.synced_units += s.call.cost - carried;
+            self.stats.sync_carried += carried;
+            s.call.cost - carried
+        } else {
+            self.stats.sync_failures += 1;
+            0
         }
-        self.gates.synced(s, result, now);
     }
 
     /// Every lease's give-back (shutdown).
