@@ -118,24 +118,9 @@ fn grpc_ok(status: &http::HeaderValue, headers: &http::HeaderMap) -> anyhow::Res
 
 /// `grpc-message` is percent-encoded (the gRPC over HTTP/2 spec); bad escapes stay as sent.
 fn percent_decode(b: &[u8]) -> String {
-    let hex = |c: u8| (c as char).to_digit(16);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let (Some(h), Some(l)) = (
-                b.get(i + 1).copied().and_then(hex),
-                b.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode(b)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]

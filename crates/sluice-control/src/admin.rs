@@ -435,32 +435,31 @@ async fn authenticate(AxState(st): AxState<AdminState>, mut req: Request, next: 
     }
 }
 
+/// Decodes a query component (`+` as a space when `plus_is_space`); a `%` not followed by two
+/// hex digits, or bytes that are not UTF-8, are a 400 (the `percent-encoding` crate would keep
+/// a bad escape as sent).
 fn percent_decode(s: &str, plus_is_space: bool) -> Result<String, ApiError> {
     let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = b
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| ApiError::bad(format!("bad percent-encoding in {s:?}")))?;
-                out.push(hex);
-                i += 3;
-            }
-            b'+' if plus_is_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
+    let bad_escape = b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !b
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if bad_escape {
+        return Err(ApiError::bad(format!("bad percent-encoding in {s:?}")));
     }
-    String::from_utf8(out).map_err(|_| ApiError::bad(format!("{s:?} is not UTF-8")))
+    let spaced;
+    let raw = if plus_is_space && s.contains('+') {
+        spaced = s.replace('+', " ");
+        spaced.as_str()
+    } else {
+        s
+    };
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| ApiError::bad(format!("{s:?} is not UTF-8")))
 }
 
 /// Query string as decoded pairs, in order.

@@ -36,17 +36,17 @@ pub fn request(
     )?)
 }
 
+/// What [`encode`] escapes: everything but `A-Z a-z 0-9 - . _ ~ :` (ids stay readable).
+const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':');
+
 /// Percent-encodes a path segment or query value (everything but `A-Z a-z 0-9 - . _ ~ :`).
 pub fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, COMPONENT).to_string()
 }
 
 #[cfg(test)]
@@ -58,5 +58,6 @@ mod tests {
         assert_eq!(encode("pay-burst:v2"), "pay-burst:v2");
         assert_eq!(encode("POST /v1/x"), "POST%20%2Fv1%2Fx");
         assert_eq!(encode("a,b=c"), "a%2Cb%3Dc");
+        assert_eq!(encode("café 100%"), "caf%C3%A9%20100%25");
     }
 }

@@ -525,15 +525,8 @@ fn fail(respond: &mut h2::server::SendResponse<Bytes>, status: &Status) {
 
 /// `grpc-message` is percent-encoded: bytes outside printable ASCII, and `%` itself.
 fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if (0x20..=0x7e).contains(&b) && b != b'%' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    const GRPC_MESSAGE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+    percent_encoding::utf8_percent_encode(s, GRPC_MESSAGE).to_string()
 }
 
 #[cfg(test)]
