@@ -11,6 +11,8 @@
 //! - [`algo`]: the six algorithms as `evaluate` / `take` pairs over explicit state.
 //! - [`batch`]: one identity's rules checked together, taken together (the store contract).
 //! - [`breaker`]: the per-shard circuit breaker state machine.
+//! - [`guard`]: around each store call: send or not, what its ending counts as, when local
+//!   buckets are dropped, what a failed call answers and what goes to the quota journal.
 //! - [`rules`]: the rule format, validation, and the in-memory rule set.
 //! - [`matching`]: descriptors to the rules that apply, with overrides and rollout.
 //! - [`decision`]: outcomes to a decision; HTTP headers and the 429 body.
@@ -25,6 +27,7 @@ pub mod algo;
 pub mod batch;
 pub mod breaker;
 pub mod decision;
+pub mod guard;
 pub mod hash;
 pub mod hotkeys;
 pub mod keys;
