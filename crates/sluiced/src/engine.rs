@@ -3,18 +3,19 @@
 //! local buckets where a call failed, and let the core decide.
 //!
 //! Nothing a check does can take the daemon's answer away: a store call goes through its
-//! shard's breaker with a permit that is given back however the call ends (a cancelled check
-//! leaks no probe), only outages count against a breaker, a store without outages (memory)
-//! has none, and a panic anywhere in deciding takes the rules' failure path
-//! ([`sluice_core::decision::without_store`]).
+//! shard's guard ([`sluice_core::guard`]: the breaker, what the call's ending counts as, when
+//! local buckets are dropped, what is journaled) with a ticket that is given back however the
+//! call ends (a cancelled check leaks no probe), and a panic anywhere in deciding takes the
+//! rules' failure path ([`sluice_core::decision::without_store`]).
 
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
 use futures_util::FutureExt as _;
 use sluice_control::Published;
 use sluice_core::algo::{Kind, MAX_LIMIT};
-use sluice_core::breaker::{Breaker, BreakerConfig, BreakerState, Permit};
+use sluice_core::breaker::{BreakerConfig, BreakerState};
 use sluice_core::decision::{Answer, Code, Decision, Via, plan};
+use sluice_core::guard::{Admit, Ended, StoreGuard, Ticket, Transition};
 use sluice_core::matching::{Descriptors, InputError, applicable};
 use sluice_core::{Micros, Remote};
 use sluice_store::{MemoryStore, Store, StoreError};
@@ -48,7 +49,6 @@ pub struct Checked {
     /// Pass to release.
     pub request_id: String,
 }
-
 
 /// Supplies other regions' counts for global rules (the merge layer).
 pub trait RemoteSource: Send + Sync {
@@ -85,9 +85,9 @@ pub struct Engine {
     pub journal: Option<Arc<crate::journal::Journal>>,
     /// The hot-key layer: cached refusals and leases (none: every call asks the store).
     pub hot: Option<Arc<crate::hot::HotKeys>>,
-    /// One circuit breaker per store shard (shard index modulo [`BREAKERS`]); none for a
+    /// One guard per store shard (shard index modulo [`BREAKERS`]); without a breaker for a
     /// store without outages.
-    breakers: Vec<Mutex<Breaker>>,
+    guards: Vec<Mutex<StoreGuard>>,
     /// Wall time for rules and stores, monotonic time for the breakers.
     clock: Arc<dyn Clock>,
     daemon_tag: String,
@@ -108,11 +108,9 @@ impl Engine {
         daemon_tag: String,
         breaker: BreakerConfig,
     ) -> Engine {
-        let breakers = if store.outages() { BREAKERS } else { 0 };
+        let guard = StoreGuard::for_store(breaker, store.outages());
         Engine {
-            breakers: (0..breakers)
-                .map(|_| Mutex::new(Breaker::new(breaker)))
-                .collect(),
+            guards: (0..BREAKERS).map(|_| Mutex::new(guard.clone())).collect(),
             clock: Arc::new(SystemClock::new()),
             rules,
             store,
@@ -144,26 +142,28 @@ impl Engine {
         self.store.shard_of(key) % BREAKERS
     }
 
-    fn breaker(&self, shard: usize) -> Option<std::sync::MutexGuard<'_, Breaker>> {
-        self.breakers
-            .get(shard)
-            .map(|b| b.lock().unwrap_or_else(|p| p.into_inner()))
+    fn guard(&self, shard: usize) -> std::sync::MutexGuard<'_, StoreGuard> {
+        self.guards[shard % BREAKERS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Breaker state per shard, for `/metrics` (only shards that ever saw a call).
+    /// Breaker state per shard, for `/metrics` (shard 0 and shards whose breaker ever opened;
+    /// none for a store without outages).
     pub fn breaker_states(&self) -> Vec<(usize, BreakerState, u64)> {
-        self.breakers
+        self.guards
             .iter()
             .enumerate()
-            .filter_map(|(i, b)| {
-                let b = b.lock().unwrap_or_else(|p| p.into_inner());
-                (i == 0 || b.times_opened() > 0).then(|| (i, b.state(), b.times_opened()))
+            .filter_map(|(i, g)| {
+                let (state, opened) = g.lock().unwrap_or_else(|p| p.into_inner()).breaker()?;
+                (i == 0 || opened > 0).then_some((i, state, opened))
             })
             .collect()
     }
 
-    /// One store call: through the shard's breaker, under the deadline, with panics in the
-    /// store path turned into failures (a bug takes the same path as an outage).
+    /// One store call: admitted by the shard's guard, under the deadline, with panics in the
+    /// store path turned into failures (a bug takes the same path as an outage); the guard is
+    /// told how it ended and says what to do about the shard.
     async fn call_store(
         &self,
         call: &sluice_core::batch::Call,
@@ -175,13 +175,11 @@ impl Engine {
             .unwrap_or_default();
         let shard = self.shard(key);
         // Held across the await: dropped with the check if it is cancelled, which gives the
-        // permit back (a half-open probe would otherwise never report).
-        let mut held = match self.breaker(shard) {
-            None => HeldPermit::none(self, shard),
-            Some(mut b) => match b.permit(self.clock.monotonic()) {
-                Some(p) => HeldPermit::new(self, shard, p),
-                None => return Err(StoreError::Unavailable("circuit breaker open".into())),
-            },
+        // ticket back (a half-open probe would otherwise never report).
+        let admitted = self.guard(shard).admit(self.clock.monotonic());
+        let held = match admitted {
+            Admit::Send(t) => HeldTicket::new(self, shard, t),
+            Admit::Refused => return Err(StoreError::Unavailable("circuit breaker open".into())),
         };
         let t = Instant::now();
         let fut = AssertUnwindSafe(tokio::time::timeout(
@@ -189,40 +187,37 @@ impl Engine {
             self.store.check(call),
         ))
         .catch_unwind();
-        let r = match fut.await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(StoreError::Timeout(self.store_timeout.as_millis() as u64)),
+        let (r, ended) = match fut.await {
+            Ok(Ok(Ok(r))) => (Ok(r), Ended::Answered),
+            Ok(Ok(Err(e))) => {
+                let outage = e.is_outage();
+                (Err(e), Ended::Failed { outage })
+            }
+            Ok(Err(_)) => (
+                Err(StoreError::Timeout(self.store_timeout.as_millis() as u64)),
+                Ended::DeadlineMissed,
+            ),
             Err(_) => {
                 tracing::error!("panic in the store path; treating it as a store failure");
-                Err(StoreError::Server(
-                    "internal error (panic) in the store path".into(),
-                ))
+                let e = StoreError::Server("internal error (panic) in the store path".into());
+                let outage = e.is_outage();
+                (Err(e), Ended::Failed { outage })
             }
         };
         self.metrics
             .store_latency
             .observe(t.elapsed().as_secs_f64());
-        // Only outages count against the shard: corrupt state or a refused argument is one
-        // key's or one request's problem, answered by the rule's failure mode.
-        let healthy = r.as_ref().map_or_else(|e| !e.is_outage(), |_| true);
-        if let Some(permit) = held.take()
-            && let Some(mut b) = self.breaker(shard)
-        {
-            let before = b.state();
-            b.finish(self.clock.monotonic(), permit, healthy);
-            let after = b.state();
-            drop(b);
-            if before != after {
-                match after {
-                    BreakerState::Open { .. } => tracing::warn!(shard, "store breaker opened"),
-                    BreakerState::Closed => {
-                        tracing::info!(shard, "store breaker closed; dropping its local buckets");
-                        // Only this shard's: identities on shards still down keep theirs.
-                        self.local.retain_keys(|k| self.shard(k) != shard);
-                    }
-                    BreakerState::HalfOpen { .. } => {}
-                }
+        let transition = held
+            .done()
+            .and_then(|t| self.guard(shard).finish(self.clock.monotonic(), t, ended));
+        match transition {
+            Some(Transition::Opened) => tracing::warn!(shard, "store breaker opened"),
+            Some(Transition::Closed) => {
+                tracing::info!(shard, "store breaker closed; dropping its local buckets");
+                // Only this shard's: identities on shards still down keep theirs.
+                self.local.retain_keys(|k| self.shard(k) != shard);
             }
+            None => {}
         }
         if let Err(e) = &r {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
@@ -337,11 +332,15 @@ impl Engine {
         if let Some(u) = &self.usage {
             u.observe(&p, &answers, now);
         }
-        if let Some(j) = &self.journal
-            && decision.allowed()
-            && cost > 0
-        {
-            journal_outage(j, &p, &answers, now, cost);
+        if let Some(j) = &self.journal {
+            for (key, window) in sluice_core::guard::journaled(&p, &answers, &decision, cost) {
+                j.record(&crate::journal::Entry {
+                    now,
+                    cost,
+                    window: window.clone(),
+                    key: key.to_string(),
+                });
+            }
         }
         decision
     }
@@ -367,14 +366,9 @@ impl Engine {
             Some(hot) => self.through_hot_keys(hot, p, i, version).await,
             None => self.call_store(&p.calls[i].call).await,
         };
-        match r {
-            Ok(r) => Answer::Done(r),
-            Err(_) => Answer::Failed {
-                local: p
-                    .fallback(i, self.local_permille)
-                    .and_then(|c| self.local.check_sync(&c).ok()),
-            },
-        }
+        sluice_core::guard::answer(p, i, r.ok(), self.local_permille, |c| {
+            self.local.check_sync(c).ok()
+        })
     }
 
     /// Call `i` through the hot-key layer: answered by the layer (a cached refusal, leased
@@ -561,73 +555,34 @@ impl Drop for LeaseInFlight<'_> {
     }
 }
 
-/// A breaker permit held across a store call's await. Dropped without [`HeldPermit::take`]
-/// (the check was cancelled mid-call), it abandons the permit, so a half-open probe frees its
+/// A guard's ticket held across a store call's await. Dropped without [`HeldTicket::done`]
+/// (the check was cancelled mid-call), it abandons the ticket, so a half-open probe frees its
 /// place instead of leaking it.
-struct HeldPermit<'a> {
+struct HeldTicket<'a> {
     engine: &'a Engine,
     shard: usize,
-    permit: Option<Permit>,
+    ticket: Option<Ticket>,
 }
 
-impl<'a> HeldPermit<'a> {
-    fn new(engine: &'a Engine, shard: usize, permit: Permit) -> HeldPermit<'a> {
-        HeldPermit {
+impl<'a> HeldTicket<'a> {
+    fn new(engine: &'a Engine, shard: usize, ticket: Ticket) -> HeldTicket<'a> {
+        HeldTicket {
             engine,
             shard,
-            permit: Some(permit),
+            ticket: Some(ticket),
         }
     }
 
-    /// No breaker (a store without outages): nothing to give back.
-    fn none(engine: &'a Engine, shard: usize) -> HeldPermit<'a> {
-        HeldPermit {
-            engine,
-            shard,
-            permit: None,
-        }
-    }
-
-    /// The permit, for recording the call's result.
-    fn take(&mut self) -> Option<Permit> {
-        self.permit.take()
+    /// The ticket, for telling the guard how the call ended.
+    fn done(mut self) -> Option<Ticket> {
+        self.ticket.take()
     }
 }
 
-impl Drop for HeldPermit<'_> {
+impl Drop for HeldTicket<'_> {
     fn drop(&mut self) {
-        if let Some(p) = self.permit.take()
-            && let Some(mut b) = self.engine.breaker(self.shard)
-        {
-            b.abandon(p);
-        }
-    }
-}
-
-/// Journals the admitted request against every quota-sized fixed window whose store call
-/// failed, so the total survives the outage (see [`crate::journal`]).
-fn journal_outage(
-    j: &crate::journal::Journal,
-    p: &sluice_core::decision::Plan<'_>,
-    answers: &[Answer],
-    now: Micros,
-    cost: u64,
-) {
-    for (pc, ans) in p.calls.iter().zip(answers) {
-        if !matches!(ans, Answer::Failed { .. }) {
-            continue;
-        }
-        for item in &pc.call.items {
-            if let sluice_core::Params::FixedWindow { window, .. } = &item.params
-                && window.nominal() >= crate::journal::QUOTA_WINDOW
-            {
-                j.record(&crate::journal::Entry {
-                    now,
-                    cost,
-                    window: window.clone(),
-                    key: item.key.clone(),
-                });
-            }
+        if let Some(t) = self.ticket.take() {
+            self.engine.guard(self.shard).abandon(t);
         }
     }
 }

@@ -24,8 +24,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Windows at least this long are quotas worth journaling.
-pub const QUOTA_WINDOW: Micros = 3_600 * 1_000_000;
+/// Windows at least this long are quotas worth journaling (the core's guard selects them).
+pub use sluice_core::guard::QUOTA_WINDOW;
 
 /// One journaled admission.
 #[derive(Debug, Clone, PartialEq)]
