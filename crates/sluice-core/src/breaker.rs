@@ -3,8 +3,13 @@
 //! A struggling Redis must not be hammered by every request: once more than half of the
 //! calls in a window fail, the breaker opens and calls fail fast (each rule's
 //! `on_store_failure` answers); after a cool-off it lets a trickle of probes through and
-//! closes when they succeed. The daemon keeps one per shard and feeds it a monotonic clock
-//! (a wall clock stepped back would stretch the cool-off).
+//! closes when they succeed.
+//!
+//! It is not driven directly: [`crate::guard::StoreGuard`] holds one per store shard and adds
+//! what a call's ending counts as and what the shell does on a transition. The daemon drives
+//! the guards with a monotonic clock (a wall clock stepped back would stretch the cool-off).
+//! The simulator does not run a breaker yet: its store is up or down as the scenario says,
+//! and every call during an outage reaches it and fails.
 //!
 //! A call let through holds a [`Permit`] until it reports with [`Breaker::finish`]; a call
 //! that never reports (its caller cancelled it mid-await) gives the permit back with
