@@ -5,7 +5,7 @@
 # both sides of each pair. Every run loads one key: for the deny cache a token bucket at each
 # of DENY_LIMITS, offered 10x its limit (open loop) and then as fast as it is answered
 # (closed loop, 64 in flight); for the lease one bucket of LEASE_RATE, closed loop; for the
-# sync gate (sync_interval: 1s, deny cache off on both sides) a bucket of GATE_LIMIT, 10x
+# sync gate (sync_interval: 500ms, half the bucket's fill time; deny cache off on both sides) a bucket of GATE_LIMIT, 10x
 # open loop and closed loop. Per run: decisions/s, latency, Redis CPU per
 # decision (INFO cpu used_cpu_user + used_cpu_sys, delta over the run, divided by the
 # decisions), Redis script runs per decision (INFO commandstats), the daemon's CPU per
@@ -60,11 +60,11 @@ deny_rules true >"$WORK/deny-on.yaml"
 deny_rules false >"$WORK/deny-off.yaml"
 lease_rules auto >"$WORK/lease-auto.yaml"
 lease_rules off >"$WORK/lease-off.yaml"
-gate_rules 'sync_interval: 1s, deny_cache: false' >"$WORK/gate-1s.yaml"
+gate_rules 'sync_interval: 500ms, deny_cache: false' >"$WORK/gate-500ms.yaml"
 gate_rules 'deny_cache: false' >"$WORK/gate-off.yaml"
 
 declare -A GRPC HTTP PID
-for v in deny-on deny-off lease-auto lease-off gate-1s gate-off; do
+for v in deny-on deny-off lease-auto lease-off gate-500ms gate-off; do
   GRPC[$v]="$(free_port)"; HTTP[$v]="$(free_port)"
   pin "$SERVER_CPU" "$SLUICED" --rules "$WORK/$v.yaml" --redis "redis://127.0.0.1:$REDIS_PORT/" \
     --store-timeout-ms 200 --http-addr "127.0.0.1:${HTTP[$v]}" --grpc-addr "127.0.0.1:${GRPC[$v]}" \
@@ -177,10 +177,10 @@ for round in $(seq 1 "$ROUNDS"); do
     run "$round" "hot key, closed loop" "$v" hot --concurrency 64
   done
   if has gate; then
-    for v in gate-1s gate-off; do
+    for v in gate-500ms gate-off; do
       run "$round" "gate $GATE_LIMIT/s, 10x, open loop" "$v" gate --rate "$((10 * GATE_LIMIT))" --concurrency 512
     done
-    for v in gate-1s gate-off; do
+    for v in gate-500ms gate-off; do
       run "$round" "gate $GATE_LIMIT/s, closed loop" "$v" gate --concurrency 64
     done
   fi
@@ -194,7 +194,7 @@ doc = {
     "stamp": stamp, "cpus": os.cpu_count(), "load1_before": float(load),
     "deny_limits_per_s": [int(x) for x in limits.split()],
     "lease": {"rate_per_s": int(lease_rate)}, "seconds_each": float(secs),
-    "gate": {"rate_per_s": int(gate_limit), "sync_interval": "1s"}, "sections": sections.split(),
+    "gate": {"rate_per_s": int(gate_limit), "sync_interval": "500ms"}, "sections": sections.split(),
     "redis_idle_cpu_per_s": float(idle), "runs": runs,
 }
 json.dump(doc, open(out, "w"), indent=1)

@@ -230,6 +230,28 @@ pub(crate) fn block(
                  refuses without it",
             );
             ok = false;
+        } else if let (Some(iv), Some(longest)) = (
+            hk.sync_interval,
+            params.and_then(crate::hotkeys::gate::longest_interval),
+        ) && iv > longest
+        {
+            let why = "admissions are charged when their sync goes out, and a bucket left \
+                       uncharged longer sits full and loses its refill";
+            let msg = if longest < MIN_INTERVAL {
+                format!(
+                    "this bucket fills in {}: a sync interval must be at most half that \
+                     ({why}), and {} is the shortest; lease its units instead",
+                    crate::time::Span::Fixed(2 * longest),
+                    crate::time::Span::Fixed(MIN_INTERVAL)
+                )
+            } else {
+                format!(
+                    "at most {} for this bucket, half the time it takes to fill ({why})",
+                    crate::time::Span::Fixed(longest)
+                )
+            };
+            f.bad("hot_keys.sync_interval", msg);
+            ok = false;
         }
     }
     ok.then_some(hk)

@@ -175,6 +175,20 @@ pub fn share_of(params: &Params, daemons: u64) -> Option<Params> {
     })
 }
 
+/// The longest interval a bucket syncs at: half the time it takes to fill. Admissions are
+/// charged when their sync goes out; a bucket left uncharged for longer sits full and loses
+/// its refill, and the key falls short of its rate (one daemon at 1 s on a 500/s bucket of
+/// 500: half the rate). `None` for windows, which count whatever the delay.
+pub fn longest_interval(params: &Params) -> Option<Micros> {
+    matches!(params.kind(), Kind::TokenBucket | Kind::Gcra).then(|| params.window() / 2)
+}
+
+/// The interval a call of `params` syncs at when its rule asks for `interval`: at most
+/// [`longest_interval`] (an override's bigger rate shortens it), at least [`MIN_INTERVAL`].
+pub fn effective_interval(params: &Params, interval: Micros) -> Micros {
+    longest_interval(params).map_or(interval, |l| interval.min(l).max(MIN_INTERVAL))
+}
+
 /// Why a rule's algorithm cannot be gated, or `None` when it can.
 pub fn gate_refusal(kind: Kind) -> Option<&'static str> {
     (kind == Kind::Concurrency).then_some(

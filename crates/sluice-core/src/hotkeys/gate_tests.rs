@@ -185,6 +185,60 @@ fn a_bucket_is_paid_back_what_a_sync_could_not_take() {
     );
 }
 
+/// One daemon on a bucket, syncing at the longest interval it may (half the fill time):
+/// the key keeps its rate, a burst short once at the start. At a 1 s interval the same
+/// bucket got half its rate (2,500 of 5,000 end to end), which validation now refuses.
+#[test]
+fn one_daemon_on_a_bucket_keeps_its_rate() {
+    let bucket = "algorithm: token_bucket, rate_per_s: 500, burst: 500";
+    let at = |iv: &str| {
+        parse_yaml(&format!(
+            "domain: api\nrules:\n  - {{ id: tb, key: [k], match: {{ k: tb }}, {bucket}, hot_keys: {{ sync_interval: {iv} }} }}\n"
+        ))
+    };
+    let refused = at("1s").expect_err("past half the fill time").to_string();
+    assert!(refused.contains("at most 500ms"), "{refused}");
+    let set = at("500ms").expect("valid");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    let mut admitted = 0u64;
+    // 10 s at 5,000 requests a second (10x), a sweep every 100 ms.
+    for i in 0..50_000u64 {
+        let now = T0 + i * 200;
+        if i % 500 == 0 {
+            sync(&mut l, &mut store, now, false);
+        }
+        admitted += u64::from(ask(&set, &mut l, &mut store, "tb", now));
+    }
+    // Once the syncs settle, each charges one interval's refill (250) and the next budget is
+    // what the bucket holds then (250): the rate holds. What the start costs, once: the
+    // first interval's refill, lost while the bucket sat full, and the reserve the bucket
+    // keeps, one interval's refill: 5,001 admitted, a burst short.
+    let exact = 500 + 500 * 10;
+    assert!(
+        (exact - 500..=exact).contains(&admitted),
+        "{admitted} admitted; exact {exact}"
+    );
+    // An override's bigger rate shortens the interval its calls sync at.
+    let faster = Params::TokenBucket {
+        rate_per_s: 5_000,
+        burst: 500,
+    };
+    assert_eq!(
+        gate::effective_interval(&faster, SECOND),
+        gate::MIN_INTERVAL
+    );
+    assert_eq!(
+        gate::effective_interval(
+            &Params::TokenBucket {
+                rate_per_s: 500,
+                burst: 500
+            },
+            SECOND
+        ),
+        500 * MILLI
+    );
+}
+
 #[test]
 fn refused_while_the_budget_is_spent_until_the_next_sync() {
     let set = rules("{ sync_interval: 1s }");
@@ -383,9 +437,9 @@ mod props {
 
         /// Whatever the order of requests, outages (failed syncs) and rule changes, with the
         /// daemons sweeping every 100 ms, every unit a gate admitted reaches the shared count
-        /// once the store answers: its count is exactly what was admitted. One daemon alone
-        /// admits past the limit by at most one request per outage (the first the store
-        /// decides after it, before the sync of the units admitted during it).
+        /// once the store answers: its count is exactly what was admitted. One daemon alone on
+        /// a sync gate admits past the limit by at most one request per outage (the first the
+        /// store decides after it, before the sync of the units admitted during it).
         #[test]
         fn no_unit_is_lost_or_counted_twice(
             steps in prop::collection::vec((0usize..2, 0u64..40_000, 0u8..12), 1..400),
@@ -429,7 +483,9 @@ mod props {
                 prop_assert_eq!(l.gate_lost(), 0);
             }
             prop_assert_eq!(counted(&store, "fw"), admitted);
-            if !two {
+            // (A share's admissions are not in the store's count until their sync: past the
+            // share the store can admit them again, the lag docs/hot-keys.md gives.)
+            if !two && !share {
                 prop_assert!(admitted <= 100 + outages, "{} admitted by one daemon", admitted);
             }
         }

@@ -219,7 +219,8 @@ impl CallPolicy {
             }
             let synced = hk
                 .sync_interval
-                .or(hk.local_share.then_some(gate::SHARE_INTERVAL));
+                .or(hk.local_share.then_some(gate::SHARE_INTERVAL))
+                .map(|iv| gate::effective_interval(&item.params, iv));
             match synced {
                 Some(iv) if !conc && !item.charge_rejected => {
                     gate = Some(match gate {
