@@ -108,9 +108,11 @@ impl Engine {
         daemon_tag: String,
         breaker: BreakerConfig,
     ) -> Engine {
-        let guard = StoreGuard::for_store(breaker, store.outages());
+        // A store without outages (in memory) has nothing to guard: no lock per call.
+        let shards = if store.outages() { BREAKERS } else { 0 };
+        let guard = StoreGuard::for_store(breaker, true);
         Engine {
-            guards: (0..BREAKERS).map(|_| Mutex::new(guard.clone())).collect(),
+            guards: (0..shards).map(|_| Mutex::new(guard.clone())).collect(),
             clock: Arc::new(SystemClock::new()),
             rules,
             store,
@@ -142,10 +144,11 @@ impl Engine {
         self.store.shard_of(key) % BREAKERS
     }
 
-    fn guard(&self, shard: usize) -> std::sync::MutexGuard<'_, StoreGuard> {
-        self.guards[shard % BREAKERS]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// The shard's guard, locked; `None` for a store without outages.
+    fn guard(&self, shard: usize) -> Option<std::sync::MutexGuard<'_, StoreGuard>> {
+        self.guards
+            .get(shard % BREAKERS)
+            .map(|g| g.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Breaker state per shard, for `/metrics` (shard 0 and shards whose breaker ever opened;
@@ -176,10 +179,15 @@ impl Engine {
         let shard = self.shard(key);
         // Held across the await: dropped with the check if it is cancelled, which gives the
         // ticket back (a half-open probe would otherwise never report).
-        let admitted = self.guard(shard).admit(self.clock.monotonic());
+        let admitted = self
+            .guard(shard)
+            .map(|mut g| g.admit(self.clock.monotonic()));
         let held = match admitted {
-            Admit::Send(t) => HeldTicket::new(self, shard, t),
-            Admit::Refused => return Err(StoreError::Unavailable("circuit breaker open".into())),
+            Some(Admit::Send(t)) => HeldTicket::new(self, shard, Some(t)),
+            None => HeldTicket::new(self, shard, None),
+            Some(Admit::Refused) => {
+                return Err(StoreError::Unavailable("circuit breaker open".into()));
+            }
         };
         let t = Instant::now();
         let fut = AssertUnwindSafe(tokio::time::timeout(
@@ -207,9 +215,10 @@ impl Engine {
         self.metrics
             .store_latency
             .observe(t.elapsed().as_secs_f64());
-        let transition = held
-            .done()
-            .and_then(|t| self.guard(shard).finish(self.clock.monotonic(), t, ended));
+        let transition = held.done().and_then(|t| {
+            self.guard(shard)
+                .and_then(|mut g| g.finish(self.clock.monotonic(), t, ended))
+        });
         match transition {
             Some(Transition::Opened) => tracing::warn!(shard, "store breaker opened"),
             Some(Transition::Closed) => {
@@ -565,11 +574,11 @@ struct HeldTicket<'a> {
 }
 
 impl<'a> HeldTicket<'a> {
-    fn new(engine: &'a Engine, shard: usize, ticket: Ticket) -> HeldTicket<'a> {
+    fn new(engine: &'a Engine, shard: usize, ticket: Option<Ticket>) -> HeldTicket<'a> {
         HeldTicket {
             engine,
             shard,
-            ticket: Some(ticket),
+            ticket,
         }
     }
 
@@ -581,8 +590,10 @@ impl<'a> HeldTicket<'a> {
 
 impl Drop for HeldTicket<'_> {
     fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            self.engine.guard(self.shard).abandon(t);
+        if let Some(t) = self.ticket.take()
+            && let Some(mut g) = self.engine.guard(self.shard)
+        {
+            g.abandon(t);
         }
     }
 }
