@@ -167,7 +167,7 @@ impl Engine {
     /// One store call: admitted by the shard's guard, under the deadline, with panics in the
     /// store path turned into failures (a bug takes the same path as an outage); the guard is
     /// told how it ended and says what to do about the shard.
-    async fn call_store(
+    pub(crate) async fn call_store(
         &self,
         call: &sluice_core::batch::Call,
     ) -> Result<sluice_core::batch::CallResult, StoreError> {

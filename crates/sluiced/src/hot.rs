@@ -74,9 +74,17 @@ impl HotKeys {
         }
     }
 
-    /// Sends every give-back and sync call due at `now` (all of them at shutdown), each
-    /// under `timeout`.
-    pub async fn sweep(&self, store: &dyn Store, now: Micros, timeout: Duration, all: bool) {
+    /// Sends every give-back (each under `timeout`) and sync call due at `now` (all of them
+    /// at shutdown). Sync calls take the engine's store path: its breaker and deadline, so a
+    /// store that is down fails them at once and their units stay pending.
+    pub async fn sweep(
+        &self,
+        engine: &crate::engine::Engine,
+        now: Micros,
+        timeout: Duration,
+        all: bool,
+    ) {
+        let store: &dyn Store = engine.store.as_ref();
         let mut backs: Vec<GiveBack> = Vec::new();
         let mut syncs: Vec<(usize, SyncCall)> = Vec::new();
         for s in 0..SHARDS {
@@ -89,7 +97,7 @@ impl HotKeys {
             };
             syncs.extend(due.into_iter().map(|c| (s, c)));
         }
-        self.sync(store, syncs, now, timeout).await;
+        self.sync(engine, syncs, now).await;
         for g in &backs {
             let ok = matches!(
                 tokio::time::timeout(timeout, store.give_back(g)).await,
@@ -113,19 +121,17 @@ impl HotKeys {
     /// here): a gate's budget then ages from before the store answered, never after.
     async fn sync(
         &self,
-        store: &dyn Store,
+        engine: &crate::engine::Engine,
         syncs: Vec<(usize, SyncCall)>,
         now: Micros,
-        timeout: Duration,
     ) {
         const AT_ONCE: usize = 256;
         for chunk in syncs.chunks(AT_ONCE) {
-            let answers = futures_util::future::join_all(chunk.iter().map(|(_, c)| async move {
-                match tokio::time::timeout(timeout, store.check(&c.call)).await {
-                    Ok(Ok(r)) => Some(r),
-                    _ => None,
-                }
-            }))
+            let answers = futures_util::future::join_all(
+                chunk
+                    .iter()
+                    .map(|(_, c)| async move { engine.call_store(&c.call).await.ok() }),
+            )
             .await;
             for ((s, c), r) in chunk.iter().zip(answers) {
                 if r.is_none() {

@@ -207,8 +207,7 @@ pub async fn run(
                 if let Some(r) = &regions {
                     hot.set_daemons(r.region_daemons());
                 }
-                hot.sweep(engine.store.as_ref(), engine.now(), timeout, false)
-                    .await;
+                hot.sweep(&engine, engine.now(), timeout, false).await;
             }
         })
     };
@@ -274,8 +273,7 @@ pub async fn run(
     // In-flight checks have drained: every lease's unspent units go back.
     if let Some(hot) = &engine.hot {
         let timeout = Duration::from_millis(cfg.store_timeout_ms.max(50));
-        hot.sweep(engine.store.as_ref(), engine.now(), timeout, true)
-            .await;
+        hot.sweep(&engine, engine.now(), timeout, true).await;
     }
     if let Some(r) = &regions {
         r.shutdown().await;
