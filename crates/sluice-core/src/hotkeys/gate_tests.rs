@@ -491,3 +491,26 @@ mod props {
         }
     }
 }
+
+/// A gate's answers carry the units it admitted in `usage`, the figure the delta shipper
+/// sends other regions: a global rule's count travels before the sync does.
+#[test]
+fn admitted_units_reach_the_shipped_figure_before_the_sync() {
+    let set = rules("{ sync_interval: 10s }");
+    let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
+    let dom = set.domain("api").expect("domain");
+    let mut usage = Vec::new();
+    for i in 0..5 {
+        let p = plan(dom, &desc(&[("k", "fw")]), T0 + i, 1, "r", |_| {
+            Default::default()
+        });
+        let r = l
+            .call_sync(&p.calls[0], CallPolicy::of(&p, 0), set.version, |c| {
+                Some(store.check(c))
+            })
+            .expect("answered");
+        usage.push(r.outcomes[0].usage);
+    }
+    assert_eq!(store.calls, 1, "one store call, four admitted by the gate");
+    assert_eq!(usage, [1, 2, 3, 4, 5]);
+}
