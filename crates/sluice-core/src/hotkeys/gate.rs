@@ -321,16 +321,29 @@ impl Gates {
                 e
             }
             Some(e) => {
-                // Same hash, other keys or numbers (an override changed): the old gate's
-                // pending units still go to its keys.
-                if let Some(s) = e.take_sync(now) {
-                    self.retired.push(SyncCall {
-                        call: s,
-                        key: h,
-                        retired: true,
-                    });
-                }
+                // Same hash, other numbers (a rule change, an override) or other keys. On the
+                // same keys the new gate takes the pending units: they count against the
+                // key's new budget at once and go with its syncs. Other keys' go to them.
+                let same_keys = e.shape.0.len() == call.items.len()
+                    && e.shape
+                        .0
+                        .iter()
+                        .zip(&call.items)
+                        .all(|((k, _, _), i)| *k == i.key);
+                let carried = if same_keys {
+                    std::mem::take(&mut e.pending)
+                } else {
+                    if let Some(s) = e.take_sync(now) {
+                        self.retired.push(SyncCall {
+                            call: s,
+                            key: h,
+                            retired: true,
+                        });
+                    }
+                    0
+                };
                 *e = Gate::new(call, g, result);
+                e.pending = carried;
                 e
             }
             None if full => return false,
@@ -422,8 +435,7 @@ impl Gates {
         0
     }
 
-    /// Retires every gate (a rule change, shutdown): pending units go out with the next
-    /// [`Gates::syncs`].
+    /// Retires every gate (shutdown): pending units go out with the next [`Gates::syncs`].
     pub fn retire_all(&mut self, now: Micros) {
         for (key, mut e) in self.map.drain() {
             if let Some(c) = e.take_sync(now) {

@@ -60,6 +60,17 @@ fn counted(store: &Mem, key: &str) -> u64 {
 
 const T0: Micros = 1_000 * SECOND;
 
+/// The layers of `n` daemons of one region, each told the membership has `n`.
+fn region(n: u64) -> Vec<Layer> {
+    (0..n)
+        .map(|_| {
+            let mut l = Layer::new(100, 100);
+            l.set_daemons(n);
+            l
+        })
+        .collect()
+}
+
 #[test]
 fn one_daemon_admits_the_limit_exactly_with_a_call_per_interval() {
     let set = rules("{ sync_interval: 100ms }");
@@ -256,10 +267,7 @@ fn refused_while_the_budget_is_spent_until_the_next_sync() {
 fn a_local_share_is_the_limit_over_the_daemons_and_the_store_decides_past_it() {
     let set = rules("{ local_share: true }");
     let mut store = Mem::default();
-    let mut ls: Vec<Layer> = (0..4).map(|_| Layer::new(100, 100)).collect();
-    for l in &mut ls {
-        l.set_daemons(4);
-    }
+    let mut ls = region(4);
     // Every daemon's first request asks the store; then each admits its share of 100 ÷ 4.
     let mut admitted = 0;
     for i in 0..100u64 {
@@ -293,10 +301,7 @@ fn a_local_share_is_the_limit_over_the_daemons_and_the_store_decides_past_it() {
 fn one_daemon_with_all_the_traffic_still_gets_the_whole_limit() {
     let set = rules("{ local_share: true }");
     let mut store = Mem::default();
-    let mut ls: Vec<Layer> = (0..4).map(|_| Layer::new(100, 100)).collect();
-    for l in &mut ls {
-        l.set_daemons(4);
-    }
+    let mut ls = region(4);
     let mut admitted = 0;
     for i in 0..300u64 {
         let now = T0 + i * MILLI;
@@ -339,18 +344,34 @@ fn the_share_follows_the_membership() {
 }
 
 #[test]
-fn a_rule_change_sends_pending_units_with_the_next_sweep() {
+fn a_rule_change_keeps_the_pending_units_counted() {
     let set = rules("{ sync_interval: 10s }");
     let (mut l, mut store) = (Layer::new(100, 100), Mem::default());
     for i in 0..10 {
         assert!(ask(&set, &mut l, &mut store, "fw", T0 + i));
     }
-    let mut next = rules("{ sync_interval: 10s }");
-    next.version = set.version + 1;
-    // The first request under the new version retires the gate (and asks the store).
-    assert!(ask(&next, &mut l, &mut store, "fw", T0 + 20));
-    assert_eq!(sync(&mut l, &mut store, T0 + 30, false), 1);
-    assert_eq!(counted(&store, "fw"), 11);
+    // A new version with the same numbers: the gate carries on, nothing to send yet.
+    let mut same = rules("{ sync_interval: 10s }");
+    same.version = set.version + 1;
+    assert!(ask(&same, &mut l, &mut store, "fw", T0 + 20));
+    assert_eq!(store.calls, 1, "decided by the gate");
+    // New numbers for the same key: the store answers, and the new gate keeps the 10
+    // units admitted under the old ones, so its budget is spent by them too.
+    let mut bigger = parse_yaml(
+        "domain: api\nrules:\n  - { id: fw, key: [k], match: { k: fw }, algorithm: fixed_window, limit: 12, window: 10s, hot_keys: { sync_interval: 10s } }\n",
+    )
+    .expect("valid");
+    bigger.version = same.version + 1;
+    assert!(ask(&bigger, &mut l, &mut store, "fw", T0 + 30));
+    assert!(
+        !ask(&bigger, &mut l, &mut store, "fw", T0 + 40),
+        "12 counted: 1 + 10 + 1"
+    );
+    for s in &l.drain_syncs(T0 + 50) {
+        let r = store.check(&s.call);
+        l.synced(s, Some(r), T0 + 50);
+    }
+    assert_eq!(counted(&store, "fw"), 12);
 }
 
 #[test]

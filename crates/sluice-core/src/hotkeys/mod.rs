@@ -447,14 +447,15 @@ impl Layer {
     }
 
     /// A new rule version drops every cached refusal and retires every lease: the numbers
-    /// they were taken under may have changed.
+    /// they were taken under may have changed (gates compare their numbers per call).
     fn sync_version(&mut self, version: u64, now: Micros) {
         if version != self.version {
             self.version = version;
             self.deny.clear();
             self.samples.clear();
             self.leases.retire_all(now);
-            self.gates.retire_all(now);
+            // Gates stay: a gate answers only calls of its own keys and numbers, and its
+            // pending units must keep counting against the key under the new version.
         }
     }
 
