@@ -13,12 +13,17 @@
 //! elsewhere, because every daemon of a region ships the same region-level figure (the count
 //! its region's store returned) and the receiver keeps the max.
 //!
-//! [`RemoteCounts::remote_for`] turns the table into the [`Remote`] the algorithms take:
+//! [`RemoteCounts::remote_for`] turns the table into the [`Remote`] a decision on a global
+//! rule's key takes. It is the one place that says what that figure is: the daemon (through
+//! its gossip node) and the simulator both plan with it.
 //!
 //! - fixed window: `cur` = Σ other regions' counts of the window holding `now`;
 //! - sliding window: `cur` and `prev` = Σ counts of the current and the previous window;
 //! - token bucket, GCRA: `cur` = Σ other regions' cumulative consumption; the bucket state
-//!   remembers how much of it it already drained (`seen`), so only the increase costs tokens;
+//!   remembers how much of it it already drained (`seen`), so only the increase costs tokens.
+//!   The figure is always marked shared ([`Remote::shared_bucket`], heard of or not), so the
+//!   store keeps the region's cumulative `used` beside the bucket and answers it as the
+//!   outcome's `usage`: the figure the region ships ([`crate::ship::observed`]);
 //! - sliding log, concurrency: not shared (they take no remote figure).
 //!
 //! A region that goes silent keeps its last figures until their windows end: a window slot
@@ -228,9 +233,19 @@ impl RemoteCounts {
         result
     }
 
-    /// The remote figure a decision on `key` adds at `now`: see the module docs.
+    /// The remote figure a decision on a global rule's `key` adds at `now`, buckets marked
+    /// shared: see the module docs. Every caller that plans a global rule uses this one
+    /// function, so the daemon and the simulator decide alike.
     pub fn remote_for(&self, key: &str, params: &Params, now: Micros) -> Remote {
-        let Some(slots) = self.keys.get(key.as_bytes()) else {
+        let slots = self.keys.get(key.as_bytes());
+        if let Params::TokenBucket { .. } | Params::Gcra { .. } = params {
+            // Cumulative: every slot, expired or not. Summing a slot past its expiry costs
+            // nothing (the bucket already drained it: `seen` covers it), and not dropping it
+            // one at a time keeps the sum from dipping (see the module docs). Shared even
+            // before any figure is heard: the region's `used` must count from its first take.
+            return Remote::shared_bucket(slots.map_or(0, |s| sum(s, |_| true)));
+        }
+        let Some(slots) = slots else {
             return Remote::default();
         };
         match params {
@@ -250,14 +265,10 @@ impl RemoteCounts {
                         .map_or(0, |p| sum(slots, |s| s.start == p)),
                 }
             }
-            // Cumulative: every slot, expired or not. Summing a slot past its expiry costs
-            // nothing (the bucket already drained it: `seen` covers it), and not dropping it
-            // one at a time keeps the sum from dipping (see the module docs).
-            Params::TokenBucket { .. } | Params::Gcra { .. } => Remote {
-                cur: sum(slots, |_| true),
-                prev: 0,
-            },
-            Params::SlidingLog { .. } | Params::Concurrency { .. } => Remote::default(),
+            Params::TokenBucket { .. }
+            | Params::Gcra { .. }
+            | Params::SlidingLog { .. }
+            | Params::Concurrency { .. } => Remote::default(),
         }
     }
 
@@ -500,6 +511,87 @@ mod tests {
         assert_eq!(rc.remote_for("k", &p, 120 * SECOND).cur, 20);
         assert_eq!(rc.sweep(150 * SECOND), 2);
         assert!(rc.is_empty());
+    }
+
+    #[test]
+    fn a_bucket_figure_is_marked_shared_heard_or_not() {
+        // The daemon and the simulator both plan with this figure: a global bucket's store
+        // call must count the region's `used` from its first take, before any region was
+        // heard of, or the region would ship nothing (and the simulator decide differently).
+        let mut rc = RemoteCounts::new("us", 100, 0);
+        let gcra = Params::Gcra {
+            rate_per_s: 1,
+            burst: 100,
+        };
+        for p in [bucket(), gcra] {
+            assert_eq!(
+                rc.remote_for("k", &p, MIN),
+                Remote::shared_bucket(0),
+                "{p:?}"
+            );
+            rc.merge("eu", "k", &p, 0, 30, MIN);
+            rc.merge("ap", "k", &p, 0, 12, MIN);
+            assert_eq!(
+                rc.remote_for("k", &p, MIN),
+                Remote::shared_bucket(42),
+                "{p:?}"
+            );
+            rc.sweep(10_000 * MIN);
+        }
+        // Windows carry no flag: `prev` is the previous window's count.
+        assert_eq!(rc.remote_for("k", &fixed(), MIN), Remote::default());
+        rc.merge("eu", "k", &sliding(), 0, 7, 1);
+        assert_eq!(
+            rc.remote_for("k", &sliding(), MIN + 1),
+            Remote { cur: 0, prev: 7 }
+        );
+    }
+
+    #[test]
+    fn a_global_bucket_decision_ships_what_the_store_took() {
+        // One region's store (states, `batch::apply`), planned as the daemon and the
+        // simulator plan: the figure recorded for shipping is the units this region took,
+        // read from the store's answer, while other regions' figures drain the bucket.
+        use crate::batch::{Call, Item, Write, apply};
+        use crate::ship::{BusyOn, observed};
+        let p = Params::TokenBucket {
+            rate_per_s: 10,
+            burst: 20,
+        };
+        let mut rc = RemoteCounts::new("us", 100, 0);
+        let mut state: Option<(State, Micros)> = None;
+        let mut took = 0;
+        for i in 0..200u64 {
+            let now = MIN + i * 50_000; // 20/s, twice the rate
+            state = state.filter(|(_, expires)| *expires > now);
+            if i % 20 == 10 {
+                // Another region reports 3 more units every second.
+                rc.merge("eu", "k", &p, 0, 3 * (i / 20 + 1), now);
+            }
+            let call = Call {
+                now,
+                cost: 1,
+                request_id: String::new(),
+                items: vec![Item {
+                    key: "k".into(),
+                    params: p.clone(),
+                    enforce: true,
+                    charge_rejected: false,
+                    remote: rc.remote_for("k", &p, now),
+                }],
+            };
+            let (res, writes) = apply(&call, &[state.as_ref().map(|(st, _)| st.clone())]);
+            if let Some(Write::Put(st, ttl)) = writes.into_iter().next() {
+                state = (ttl > 0).then_some((st, now + ttl));
+            }
+            took += u64::from(res.allowed);
+            let o = res.outcomes[0];
+            assert_eq!(o.usage, took, "request {i}: the store's `used`");
+            let rec = observed(&p, &o, BusyOn::RegionCount).expect("shared");
+            assert_eq!((rec.figure, rec.busy), (took, o.limit - o.remaining));
+        }
+        // Alone: the burst and 10 s of refill. The other region's units cost tokens.
+        assert!(took < 20 + 100, "{took}");
     }
 
     /// One report: (region 0..3, key 0..3, window 0..3, count).

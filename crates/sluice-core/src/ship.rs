@@ -22,10 +22,95 @@
 //! [`message_bytes`]); the gossip crate's real encoding is its own, the estimate is what the
 //! budget and the simulator's bytes/s use.
 
-use crate::algo::Params;
+use crate::algo::{Kind, Outcome, Params};
+use crate::decision::{Answer, Plan};
 use crate::hash::{InlineKey, Keyed, KeyedMap};
+use crate::matching::Applied;
 use crate::merge::figure_window;
+use crate::rules::Scope;
 use crate::time::{MILLI, Micros};
+use serde::{Deserialize, Serialize};
+
+/// What a key's share threshold is judged on: a setting of the daemon (`gossip.busy_on`)
+/// and of a simulation (`[gossip] busy_on`), one type so both record alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyOn {
+    /// The region's own count (the default): a key is shipped once this region's count passes
+    /// the threshold.
+    #[default]
+    RegionCount,
+    /// The count the decision saw, this region's plus the others' figures: a region held
+    /// back by the others' figures still ships its own small count, which closes most of
+    /// the blind spot when a key is busy somewhere (docs/regions.md).
+    SeenCount,
+}
+
+/// What the delta shipper records of one global rule's outcome ([`LocalUsage::observe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The figure shipped: the region's count in the window, or a bucket's cumulative `used`.
+    pub figure: u64,
+    /// What the threshold and the shipping order are judged on.
+    pub busy: u64,
+}
+
+/// The figure and busy value a store's `outcome` for a global rule gives its shipper, or
+/// `None` for algorithms whose counts are not shared (sliding log, concurrency).
+///
+/// Windows ship the region's count (`usage`) and are busy on it or, with
+/// [`BusyOn::SeenCount`], on the count the decision saw (`limit − remaining`). Buckets ship
+/// the store's cumulative `used` (`usage` of a shared bucket: the decision's remote figure
+/// came from [`crate::merge::RemoteCounts::remote_for`]) and are busy on how drained the
+/// bucket is (`limit − remaining`), remote drain included, whatever `busy_on` says.
+pub fn observed(params: &Params, outcome: &Outcome, busy_on: BusyOn) -> Option<Observed> {
+    let seen = outcome.limit.saturating_sub(outcome.remaining);
+    match params.kind() {
+        Kind::FixedWindow | Kind::SlidingWindow => Some(Observed {
+            figure: outcome.usage,
+            busy: match busy_on {
+                BusyOn::RegionCount => outcome.usage,
+                BusyOn::SeenCount => seen,
+            },
+        }),
+        Kind::TokenBucket | Kind::Gcra => Some(Observed {
+            figure: outcome.usage,
+            busy: seen,
+        }),
+        Kind::SlidingLog | Kind::Concurrency => None,
+    }
+}
+
+/// Every global rule of a decision the shared store answered, with what its shipper records:
+/// the daemon and the simulator feed their [`LocalUsage`] from this, and nothing else.
+///
+/// Failed calls are skipped (a local bucket's answer is no region figure), as are region
+/// rules and unshared algorithms.
+pub fn observations<'p, 'a>(
+    plan: &'p Plan<'a>,
+    answers: &'p [Answer],
+    busy_on: BusyOn,
+) -> impl Iterator<Item = (&'p Applied<'a>, Observed)> + 'p {
+    plan.calls
+        .iter()
+        .zip(answers)
+        .filter_map(|(pc, ans)| match ans {
+            Answer::Done(res) => Some((pc, res)),
+            Answer::Failed { .. } => None,
+        })
+        .flat_map(move |(pc, res)| {
+            pc.rules
+                .iter()
+                .zip(&res.outcomes)
+                .filter_map(move |(&ai, o)| {
+                    let a = plan.applied.get(ai)?;
+                    if a.rule.scope != Scope::Global {
+                        return None;
+                    }
+                    Some((a, observed(&a.params, o, busy_on)?))
+                })
+        })
+}
 
 /// One figure to send: the region's `count` for `key` in the window starting at
 /// `window_start` (0 for cumulative bucket figures).
@@ -484,6 +569,105 @@ mod tests {
                 count: 530
             }]
         );
+    }
+
+    fn outcome(limit: u64, remaining: u64, usage: u64) -> Outcome {
+        Outcome {
+            allowed: true,
+            limit,
+            remaining,
+            reset: 0,
+            retry_after: 0,
+            window: MIN,
+            usage,
+        }
+    }
+
+    #[test]
+    fn what_is_recorded_per_algorithm() {
+        // A window saw 70 (30 of them remote), the region counted 40.
+        let w = outcome(100, 30, 40);
+        let rec = |p: &Params, o: &Outcome, b| observed(p, o, b).map(|r| (r.figure, r.busy));
+        for p in [
+            fixed(100),
+            Params::SlidingWindow {
+                limit: 100,
+                window: MIN,
+            },
+        ] {
+            assert_eq!(rec(&p, &w, BusyOn::RegionCount), Some((40, 40)));
+            assert_eq!(rec(&p, &w, BusyOn::SeenCount), Some((40, 70)));
+        }
+        // A bucket ships the store's `used` and is busy on how drained it is, either way.
+        let b = outcome(100, 25, 500);
+        for p in [
+            Params::TokenBucket {
+                rate_per_s: 10,
+                burst: 100,
+            },
+            Params::Gcra {
+                rate_per_s: 10,
+                burst: 100,
+            },
+        ] {
+            for busy_on in [BusyOn::RegionCount, BusyOn::SeenCount] {
+                assert_eq!(rec(&p, &b, busy_on), Some((500, 75)));
+            }
+        }
+        let log = Params::SlidingLog {
+            limit: 100,
+            window: MIN,
+        };
+        assert_eq!(rec(&log, &w, BusyOn::RegionCount), None);
+    }
+
+    #[test]
+    fn observations_are_the_global_rules_the_store_answered() {
+        use crate::batch::CallResult;
+        use crate::decision::plan;
+        use crate::matching::Descriptors;
+        let set = crate::rules::parse_yaml(
+            r#"
+domain: d
+rules:
+  - { id: g, key: [k], algorithm: token_bucket, rate_per_s: 10, burst: 100, scope: global }
+  - { id: r, key: [k], algorithm: fixed_window, limit: 10, window: 1m }
+  - { id: u, key: [u], algorithm: fixed_window, limit: 10, window: 1m, scope: global }
+"#,
+        )
+        .expect("valid");
+        let dom = set.domain("d").expect("domain");
+        let desc = Descriptors::new(vec![("k".into(), "a".into()), ("u".into(), "b".into())])
+            .expect("valid");
+        let p = plan(dom, &desc, MIN, 1, "r", |_| crate::Remote::default());
+        assert_eq!(p.calls.len(), 2, "one call per identity");
+        let done = |pc: &crate::decision::PlannedCall| {
+            crate::decision::Answer::Done(CallResult {
+                allowed: true,
+                outcomes: pc
+                    .rules
+                    .iter()
+                    .map(|&ai| match &*p.applied[ai].rule.id {
+                        "g" => outcome(100, 90, 7),
+                        _ => outcome(10, 6, 4),
+                    })
+                    .collect(),
+            })
+        };
+        let ids = |answers: &[crate::decision::Answer]| -> Vec<(String, u64, u64)> {
+            observations(&p, answers, BusyOn::RegionCount)
+                .map(|(a, o)| (a.rule.id.to_string(), o.figure, o.busy))
+                .collect()
+        };
+        let answers: Vec<_> = p.calls.iter().map(done).collect();
+        // The region rule is not shipped.
+        assert_eq!(ids(&answers), vec![("g".into(), 7, 10), ("u".into(), 4, 4)]);
+        // A failed call's rules are not region figures (the second call is `u`'s identity).
+        let failed = vec![
+            answers[0].clone(),
+            crate::decision::Answer::Failed { local: None },
+        ];
+        assert_eq!(ids(&failed), vec![("g".into(), 7, 10)]);
     }
 
     #[test]
