@@ -25,8 +25,10 @@
 //! Model choices (see simulations/README.md):
 //! - a store call is made at arrival with the daemon's `now`, and executes `latency` later,
 //!   in arrival order per region (a region's store serialises calls, as Redis does);
-//! - a region's counts for a bucket rule are cumulative units consumed, kept beside the
-//!   bucket (as a counter in Redis would be), reset when idle for a refill period;
+//! - a region's figure for a global bucket rule is the store's cumulative `used`, kept in the
+//!   bucket's state as Redis keeps it (the remote figure from `RemoteCounts::remote_for`
+//!   marks the call shared, for the daemon and here alike), and what a daemon's shipper
+//!   records comes from `sluice_core::ship::observations`, as in the daemon;
 //! - a store failover replays the calls the replica had received `lost_ms` before: writes
 //!   more recent than that are lost;
 //! - gossip messages go from each shipping daemon to every daemon of every other region that
@@ -34,14 +36,12 @@
 //!   With `delivery = "per_region"` a region's daemons get a message at one moment (one draw
 //!   per region), hold the same view, and share one `RemoteCounts`: the first daemon's.
 
-use crate::fx::FxMap;
 use crate::metrics::{Counter, HealCount, Measured, Metrics, NewTruth, TruthIndex, add_stats};
 use crate::report::{self, Report};
 use crate::rng::Rng;
-use crate::scenario::{BusyOn, Delivery, Event, Scenario, Shippers};
+use crate::scenario::{Delivery, Event, Scenario, Shippers};
 use crate::traffic::Generator;
 use sluice_core::Micros;
-use sluice_core::algo::Kind;
 use sluice_core::batch::{Call, GiveBack};
 use sluice_core::decision::{Answer, Code, Plan, Via, plan};
 use sluice_core::hash::InlineKey;
@@ -49,7 +49,7 @@ use sluice_core::hotkeys::gate::SyncCall;
 use sluice_core::hotkeys::{CallPolicy, Layer, lease};
 use sluice_core::merge::RemoteCounts;
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
-use sluice_core::ship::{Batch, LocalUsage, ShipEntry, message_bytes};
+use sluice_core::ship::{Batch, LocalUsage, Observed, ShipEntry, message_bytes, observations};
 use sluice_core::time::SECOND;
 use sluice_store::MemoryStore;
 use smallvec::SmallVec;
@@ -208,7 +208,6 @@ enum Rec {
         region: usize,
         daemon: usize,
         now: Micros,
-        cost: u64,
         obs: Obs,
     },
     /// A daemon ships: answer with its [`Batch`].
@@ -219,8 +218,6 @@ enum Rec {
     },
     /// A region's daemons (re)start with empty usage tables.
     StartDaemons { region: usize },
-    /// A region's store came back empty.
-    WipeCumulative { region: usize },
     /// These regions' shippers send everything busy at their next shipment.
     ResendAll { regions: Vec<usize> },
     /// A heal at `now`: answer with [`Metrics::heal_counts`].
@@ -231,19 +228,15 @@ enum Rec {
     },
 }
 
-/// One global rule's answer, for a shipper.
+/// One global rule's answer, for a shipper: what `ship::observations` said it records.
 struct Obs {
     /// Inline: memory allocated on one thread and freed on the other costs more than the copy.
     key: InlineKey,
     params: sluice_core::Params,
     /// Share threshold, percent.
     th: u8,
-    /// Bucket rules: whether the store charged the request.
-    charged: Option<bool>,
-    /// The region's count (window rules) or the bucket's usage.
-    usage: u64,
-    /// The count the decision saw: local and remote.
-    seen: u64,
+    /// The figure and busy value.
+    observed: Observed,
 }
 
 /// What the observer answers.
@@ -341,8 +334,6 @@ struct Observer<'a> {
     metrics: Metrics,
     /// Per region, per daemon: what it observed, for its shipments.
     usage: Vec<Vec<LocalUsage>>,
-    /// Per region: units consumed of global bucket rules, by key, and when last charged.
-    cumulative: Vec<FxMap<String, (u64, Micros)>>,
 }
 
 /// Whether daemon `d` of a region ships.
@@ -367,7 +358,6 @@ impl<'a> Observer<'a> {
             seed,
             metrics: Metrics::new(domain.rules.len(), n, sc.warmup, sc.duration),
             usage: (0..n).map(|_| Vec::new()).collect(),
-            cumulative: (0..n).map(|_| FxMap::default()).collect(),
         }
     }
 
@@ -379,9 +369,8 @@ impl<'a> Observer<'a> {
                 region,
                 daemon,
                 now,
-                cost,
                 obs,
-            } => self.observe(region, daemon, now, cost, obs),
+            } => self.observe(region, daemon, now, obs),
             Rec::Select {
                 region,
                 daemon,
@@ -395,7 +384,6 @@ impl<'a> Observer<'a> {
                     .map(|_| LocalUsage::new(store_seed(self.seed)))
                     .collect();
             }
-            Rec::WipeCumulative { region } => self.cumulative[region] = FxMap::default(),
             Rec::ResendAll { regions } => {
                 for r in regions {
                     for u in &mut self.usage[r] {
@@ -410,37 +398,19 @@ impl<'a> Observer<'a> {
     }
 
     /// Feeds a daemon's shipper with what the store answered for global rules.
-    fn observe(&mut self, r: usize, d: usize, now: Micros, cost: u64, o: Obs) {
-        let busy_on = self.sc.gossip.busy_on;
-        let cumulative = &mut self.cumulative[r];
-        let usage = &mut self.usage[r][d];
+    fn observe(&mut self, r: usize, d: usize, now: Micros, o: Obs) {
         // Copied from a `String`: always UTF-8.
         let Ok(key) = std::str::from_utf8(&o.key) else {
             return;
         };
-        let (figure, busy) = match o.charged {
-            Some(charged) => {
-                let period = o.params.window();
-                let c = match cumulative.get_mut(key) {
-                    Some(c) => c,
-                    None => cumulative.entry(key.to_string()).or_insert((0, now)),
-                };
-                if charged {
-                    if now > c.1 + period {
-                        // Idle for a refill period: the counter's TTL ran out.
-                        c.0 = 0;
-                    }
-                    c.0 += cost;
-                    c.1 = now;
-                }
-                (c.0, o.usage)
-            }
-            None => match busy_on {
-                BusyOn::RegionCount => (o.usage, o.usage),
-                BusyOn::SeenCount => (o.usage, o.seen),
-            },
-        };
-        usage.observe(key, &o.params, o.th, now, figure, busy);
+        self.usage[r][d].observe(
+            key,
+            &o.params,
+            o.th,
+            now,
+            o.observed.figure,
+            o.observed.busy,
+        );
     }
 }
 
@@ -1047,7 +1017,7 @@ impl<'a> Sim<'a> {
         }
         let decision = plan.decide(RULES_VERSION, &answers);
         self.measure(r, (traffic, key), now, cost, &plan, &decision);
-        self.observe(r, d, now, cost, &plan, &answers);
+        self.observe(r, d, now, &plan, &answers);
     }
 
     /// The index of a rule of the domain, from its address (the plan borrows the domain's
@@ -1141,54 +1111,24 @@ impl<'a> Sim<'a> {
     }
 
     /// Hands the observer what the store answered for global rules, for the daemon's
-    /// shipper.
-    fn observe(
-        &mut self,
-        r: usize,
-        d: usize,
-        now: Micros,
-        cost: u64,
-        plan: &Plan<'a>,
-        answers: &[Answer],
-    ) {
+    /// shipper: the core's [`observations`], as the daemon records them.
+    fn observe(&mut self, r: usize, d: usize, now: Micros, plan: &Plan<'a>, answers: &[Answer]) {
         if !ships(self.sc, d) {
             return;
         }
-        for (pc, ans) in plan.calls.iter().zip(answers) {
-            let Answer::Done(res) = ans else { continue };
-            for (k, &ai) in pc.rules.iter().enumerate() {
-                let a = &plan.applied[ai];
-                if a.rule.scope != Scope::Global {
-                    continue;
-                }
-                let (Some(o), Some(item)) = (res.outcomes.get(k), pc.call.items.get(k)) else {
-                    continue;
-                };
-                let charged = match a.params.kind() {
-                    // The store's own charge rule (batch::apply): what it took.
-                    Kind::TokenBucket | Kind::Gcra => Some(if res.allowed {
-                        o.allowed
-                    } else {
-                        item.enforce && item.charge_rejected
-                    }),
-                    _ => None,
-                };
-                let obs = Obs {
-                    key: InlineKey::from_slice(a.key.as_bytes()),
-                    params: a.params.as_ref().clone(),
-                    th: self.threshold.unwrap_or(a.rule.share_threshold_pct),
-                    charged,
-                    usage: o.usage,
-                    seen: o.limit.saturating_sub(o.remaining),
-                };
-                self.pipe.send(Rec::Observe {
-                    region: r,
-                    daemon: d,
-                    now,
-                    cost,
-                    obs,
-                });
-            }
+        for (a, observed) in observations(plan, answers, self.sc.gossip.busy_on) {
+            let obs = Obs {
+                key: InlineKey::from_slice(a.key.as_bytes()),
+                params: a.params.as_ref().clone(),
+                th: self.threshold.unwrap_or(a.rule.share_threshold_pct),
+                observed,
+            };
+            self.pipe.send(Rec::Observe {
+                region: r,
+                daemon: d,
+                now,
+                obs,
+            });
         }
     }
 
@@ -1642,7 +1582,6 @@ impl<'a> Sim<'a> {
                 if *wipe {
                     let region = &mut self.regions[*r];
                     region.store = MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
-                    self.pipe.send(Rec::WipeCumulative { region: *r });
                     if let Some(rep) = &mut region.replica {
                         rep.store =
                             MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));

@@ -196,15 +196,8 @@ pub enum Delivery {
     PerRegion,
 }
 
-/// What the share threshold is judged on.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BusyOn {
-    /// The region's own count (the default).
-    RegionCount,
-    /// The count the decision saw: the region's plus the remote figures.
-    SeenCount,
-}
+/// What the share threshold is judged on: the daemon's own setting, one type for both.
+pub use sluice_core::ship::BusyOn;
 
 /// `[gossip]`
 #[derive(Clone, Debug, Deserialize)]

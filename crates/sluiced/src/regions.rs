@@ -14,8 +14,10 @@
 //!
 //! Fixed and sliding windows, token buckets and GCRA are shared; sliding logs and
 //! concurrency are not (docs/regions.md). A bucket counts `used` only when the store call
-//! says the rule is shared ([`Remote::shared_bucket`]), which this source does for every
-//! global bucket rule: region-scope buckets keep their smaller state.
+//! says the rule is shared ([`Remote::shared_bucket`]), which the core's remote figure does
+//! for every global bucket rule: region-scope buckets keep their smaller state. What the
+//! figure is and what gets recorded are the core's (`merge`, `ship`): the simulator runs the
+//! same two functions.
 
 use crate::engine::{RemoteSource, UsageSink};
 use crate::metrics::{Exporter, Metrics};
@@ -24,7 +26,7 @@ use sluice_control::Published;
 use sluice_core::algo::Kind;
 use sluice_core::decision::{Answer, Plan};
 use sluice_core::rules::{Mode, Scope};
-use sluice_core::ship::Budget;
+use sluice_core::ship::{Budget, observations};
 use sluice_core::{Micros, Params, Remote};
 use sluice_gossip::{Node, RuleLookup, Shippers};
 use std::net::SocketAddr;
@@ -43,19 +45,9 @@ pub enum ShippersConfig {
     OnePerRegion,
 }
 
-/// What a key's share threshold is judged on (the simulator's `busy_on`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum BusyOn {
-    /// The region's own count (the default): a key is shipped once this region's count passes
-    /// the threshold.
-    #[default]
-    RegionCount,
-    /// The count the decision saw, this region's plus the others' figures: a region held
-    /// back by the others' figures still ships its own small count, which closes most of
-    /// the blind spot when a key is busy somewhere (docs/regions.md).
-    SeenCount,
-}
+/// What a key's share threshold is judged on (`gossip.busy_on`; the simulator's is the same
+/// type).
+pub use sluice_core::ship::BusyOn;
 
 /// The `gossip:` section of the config file. Regions are off unless `addr` is set.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -223,58 +215,28 @@ impl Regions {
 }
 
 impl RemoteSource for Regions {
-    /// Called for global rules only. A bucket's figure is marked shared, so the store counts
-    /// the region's cumulative `used` in the key and returns it as the outcome's `usage`.
+    /// Called for global rules only: the core's one figure for a decision
+    /// ([`sluice_core::merge::RemoteCounts::remote_for`], buckets marked shared, so the store
+    /// counts the region's cumulative `used` in the key and returns it as the outcome's
+    /// `usage`). The simulator plans with the same function.
     fn remote(&self, key: &str, params: &Params, now: Micros) -> Remote {
-        let r = self.node.remote_for(key, params, now);
-        match params.kind() {
-            Kind::TokenBucket | Kind::Gcra => Remote::shared_bucket(r.cur),
-            _ => r,
-        }
+        self.node.remote_for(key, params, now)
     }
 }
 
 impl UsageSink for Regions {
+    /// Records, for each global rule the shared store answered, what the core says its
+    /// shipper records ([`sluice_core::ship::observations`], as the simulator does).
     fn observe(&self, plan: &Plan<'_>, answers: &[Answer], now: Micros) {
-        for (pc, ans) in plan.calls.iter().zip(answers) {
-            // Only the shared store's answers are region figures (not local fallbacks).
-            let Answer::Done(res) = ans else { continue };
-            for (k, &ai) in pc.rules.iter().enumerate() {
-                let a = &plan.applied[ai];
-                if a.rule.scope != Scope::Global {
-                    continue;
-                }
-                let Some(o) = res.outcomes.get(k) else {
-                    continue;
-                };
-                match a.params.kind() {
-                    Kind::FixedWindow | Kind::SlidingWindow => {
-                        let busy = match self.busy_on {
-                            BusyOn::RegionCount => o.usage,
-                            BusyOn::SeenCount => o.limit.saturating_sub(o.remaining),
-                        };
-                        self.node.observe(
-                            &a.key,
-                            &a.params,
-                            a.rule.share_threshold_pct,
-                            now,
-                            o.usage,
-                            busy,
-                        )
-                    }
-                    // The figure is cumulative; how near its limit the key is (for the
-                    // threshold and the shipping order) is how drained the bucket is.
-                    Kind::TokenBucket | Kind::Gcra => self.node.observe(
-                        &a.key,
-                        &a.params,
-                        a.rule.share_threshold_pct,
-                        now,
-                        o.usage,
-                        o.limit.saturating_sub(o.remaining),
-                    ),
-                    Kind::SlidingLog | Kind::Concurrency => {}
-                }
-            }
+        for (a, o) in observations(plan, answers, self.busy_on) {
+            self.node.observe(
+                &a.key,
+                &a.params,
+                a.rule.share_threshold_pct,
+                now,
+                o.figure,
+                o.busy,
+            );
         }
     }
 }
