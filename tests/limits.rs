@@ -13,7 +13,9 @@ use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descripto
 use sluice_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_proto::sluice::v1::CheckRequest;
 use sluice_testkit::grpc_wire::{call, handshake, open, runtime};
-use sluice_testkit::{Daemon, RedisServer, TempDir, cargo_bin, free_ports, http_get, http_request};
+use sluice_testkit::{
+    Daemon, Metrics, RedisServer, TempDir, cargo_bin, free_ports, http_get, http_request,
+};
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -85,10 +87,9 @@ fn start(extra: &str) -> Running {
 
 /// The value of one series in `/metrics`, 0 when absent.
 fn metric(http: SocketAddr, series: &str) -> u64 {
-    let text = http_get(http, "/metrics").expect("metrics").text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
+    Metrics::scrape(http)
+        .expect("metrics")
+        .count_or_zero(series)
 }
 
 /// Polls `/metrics` until `series` reaches `want`.

@@ -15,7 +15,7 @@
 use serde_json::{Value, json};
 use sluice_gossip::pack::{Header, pack};
 use sluice_gossip::{FrameCodec, Kind};
-use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports, http_get, http_request};
+use sluice_testkit::{Daemon, Metrics, RedisServer, cargo_bin, free_ports, http_request};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -187,18 +187,11 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A metric's value (`name` or `name{labels}` exactly), 0 when absent.
+/// A metric's value (`name` or `name{labels}` exactly), 0 when absent or unreadable.
 fn metric(http: SocketAddr, series: &str) -> f64 {
-    let Ok(r) = http_get(http, "/metrics") else {
-        return 0.0;
-    };
-    r.text()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.strip_prefix(' '))
-                .and_then(|v| v.trim().parse().ok())
-        })
+    Metrics::scrape(http)
+        .ok()
+        .and_then(|m| m.get(series))
         .unwrap_or(0.0)
 }
 

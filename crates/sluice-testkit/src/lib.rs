@@ -26,6 +26,7 @@
 //! - [`tempdir`]: [`TempDir`], a scratch directory for a test's config files.
 //! - [`http`]: [`http_request`], blocking HTTP/1.1 calls to the daemons' JSON APIs, on the
 //!   workspace's one client (`sluice-http1`).
+//! - [`metrics`]: [`Metrics`], a daemon's `/metrics` as one value per series.
 //! - [`grpc_wire`]: raw HTTP/2 gRPC calls (async, on h2): a framed message, a call opened
 //!   with any headers and its body left open, the answer's `grpc-status`.
 //! - [`tls`]: [`TestPki`], a CA with server and client certificates made at test time.
@@ -38,6 +39,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod grpc_wire;
 pub mod http;
+pub mod metrics;
 pub mod monitor;
 pub mod ports;
 pub mod postgres;
@@ -53,6 +55,7 @@ mod process;
 pub use cluster::{ClusterOptions, RedisCluster, RedisTls};
 pub use daemon::{Daemon, cargo_bin};
 pub use http::{HttpResponse, http_get, http_request};
+pub use metrics::Metrics;
 pub use monitor::{KeyCalls, Monitor};
 pub use ports::{free_port, free_ports};
 pub use postgres::{PgServer, Postgres};
