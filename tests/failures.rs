@@ -1,10 +1,11 @@
 //! Never the reason the API is down: Redis paused, killed and restarted under a real daemon.
 
 use serde_json::{Value, json};
-use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports, http_get, http_request};
+use sluice_testkit::{Daemon, Metrics, RedisServer, cargo_bin, free_ports, http_request};
+use sluice_tests::common::inside_an_hour;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const RULES: &str = r#"
 domain: api
@@ -62,13 +63,9 @@ fn check(http: SocketAddr, route: &str, k: &str) -> (Value, Duration) {
     (serde_json::from_slice(&r.body).expect("json"), took)
 }
 
+/// One series of the daemon's metrics; absent is a failure.
 fn metric(http: SocketAddr, name: &str) -> u64 {
-    let text = http_get(http, "/metrics").expect("metrics").text();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("metric {name} not found in\n{text}"))
+    Metrics::scrape(http).expect("metrics").count(name)
 }
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {
@@ -86,12 +83,7 @@ fn redis_paused_every_mode_does_what_it_says_then_recovers() {
     // (the local allowance while paused, the warm-up count after recovery): a window
     // boundary in between would start a fresh count. Start well inside one hour (this waits
     // at most once an hour, for under a minute).
-    let into_hour = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() % 3600);
-    if into_hour > 3540 {
-        std::thread::sleep(Duration::from_secs(3601 - into_hour));
-    }
+    inside_an_hour();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let dir = tmp("pause");
     let s = start(&redis, &dir, &dir.join("quota.journal"), 3);

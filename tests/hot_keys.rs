@@ -13,92 +13,13 @@
 //! bounded time and the only waits are for events, each bounded.
 
 use serde_json::Value;
-use sluice_proto::sluice::v1::{CheckRequest, limiter_client::LimiterClient};
-use sluice_testkit::{Daemon, Monitor, RedisServer, TempDir, cargo_bin, free_ports, http_get};
-use std::collections::HashMap;
+use sluice_proto::sluice::v1::limiter_client::LimiterClient;
+use sluice_testkit::{Monitor, RedisServer, cargo_bin};
+use sluice_tests::common::load::{Load, channel, check_request, grpc_runtime, paced};
+use sluice_tests::common::node::{Node, start};
+use sluice_tests::common::{HANG, inside_an_hour, serial};
 use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tonic::transport::Channel;
-
-/// The loads here are what is measured: one at a time, or they would share two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Turns a hang into a failure; never an assertion on how long something took.
-const HANG: Duration = Duration::from_secs(60);
-
-/// One `sluiced` on a Redis, from a config file.
-struct Node {
-    daemon: Daemon,
-    http: SocketAddr,
-    grpc: SocketAddr,
-    // After the daemon: its files are removed once it is gone.
-    _dir: TempDir,
-}
-
-/// A daemon on `redis` with `rules`. The store deadline is a second: on this busy machine
-/// a few-ms deadline turns slow calls into failures, and a lease call that timed out may
-/// still have taken its units (stranded, not counted by anyone), which the give-back
-/// assertions would then see.
-fn start(redis: &RedisServer, rules: &str) -> Node {
-    start_with(redis, rules, "")
-}
-
-/// [`start`] with `extra` appended to the config file.
-fn start_with(redis: &RedisServer, rules: &str, extra: &str) -> Node {
-    let ports = free_ports(2);
-    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
-    let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
-    let dir = TempDir::new(&format!("hot-keys-{}", ports[0])).expect("temp dir");
-    let rules_file = dir.path().join("rules.yaml");
-    std::fs::write(&rules_file, rules).expect("write rules");
-    let config = dir.path().join("sluiced.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "http_addr: {http}\ngrpc_addr: {grpc}\nrules: {}\nstore: {{ kind: redis, url: \"{}\" }}\nstore_timeout_ms: 1000\nhot_keys: {{ deny_entries: 10000, leases: 1000 }}\n{extra}",
-            rules_file.display(),
-            redis.url(),
-        ),
-    )
-    .expect("write config");
-    let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build -p sluiced --bins)");
-    let mut cmd = std::process::Command::new(bin);
-    cmd.arg("--config").arg(&config).env("RUST_LOG", "warn");
-    let mut daemon = Daemon::from_command(cmd).expect("spawn sluiced");
-    daemon
-        .wait_http_ok(http, "/healthz", Duration::from_secs(20))
-        .expect("sluiced becomes healthy");
-    Node {
-        daemon,
-        http,
-        grpc,
-        _dir: dir,
-    }
-}
-
-/// A daemon's `/metrics`, one value per series (name with its labels).
-fn metrics(http: SocketAddr) -> HashMap<String, f64> {
-    let text = http_get(http, "/metrics").expect("metrics").text();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name, v) = l.rsplit_once(' ')?;
-            Some((name.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
-/// One series of a daemon's metrics; absent is a failure (the layer must export it).
-fn metric(m: &HashMap<String, f64>, name: &str) -> u64 {
-    *m.get(name)
-        .unwrap_or_else(|| panic!("no {name} in /metrics: {:?}", m.keys().collect::<Vec<_>>()))
-        as u64
-}
+use std::time::{Duration, Instant};
 
 /// Script runs Redis has served (`EVAL*` in `INFO commandstats`), check and give-back
 /// scripts alike.
@@ -111,114 +32,6 @@ fn script_calls(redis: &RedisServer) -> u64 {
             calls.split(',').next()?.parse::<u64>().ok()
         })
         .sum()
-}
-
-fn grpc_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-async fn channel(addr: SocketAddr) -> Channel {
-    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .expect("connect to sluiced")
-}
-
-fn check_request(domain: &str, user: &str) -> CheckRequest {
-    CheckRequest {
-        domain: domain.into(),
-        descriptors: [("user".to_string(), user.to_string())].into(),
-        cost: None,
-    }
-}
-
-/// What a paced load got back.
-#[derive(Debug, Default, Clone)]
-struct Load {
-    requests: u64,
-    allowed: u64,
-    denied: u64,
-    errors: u64,
-    /// From the first request sent to the last answer received: every decision the daemons
-    /// made lies inside it.
-    first_sent: Option<Instant>,
-    last_answered: Option<Instant>,
-}
-
-impl Load {
-    fn add(&mut self, o: &Load) {
-        self.requests += o.requests;
-        self.allowed += o.allowed;
-        self.denied += o.denied;
-        self.errors += o.errors;
-        self.first_sent = match (self.first_sent, o.first_sent) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.last_answered = self.last_answered.max(o.last_answered);
-    }
-
-    fn span(&self) -> Duration {
-        match (self.first_sent, self.last_answered) {
-            (Some(a), Some(b)) => b.saturating_duration_since(a),
-            _ => Duration::ZERO,
-        }
-    }
-}
-
-/// `tasks` tasks each sending one check for `user` every `period` (catching up when an
-/// answer was slow; their starts spread over the period) to the daemons of `chans` in turn,
-/// until `run` has passed.
-async fn paced(
-    chans: Vec<Channel>,
-    domain: String,
-    user: String,
-    tasks: usize,
-    period: Duration,
-    run: Duration,
-) -> Load {
-    let start = tokio::time::Instant::now();
-    let end = Instant::now() + run;
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let mut client = LimiterClient::new(chans[t % chans.len()].clone());
-        let (domain, user) = (domain.clone(), user.clone());
-        // Staggered over the period, so the load is even rather than bursts of `tasks`.
-        let first = start + period.mul_f64(t as f64 / tasks as f64);
-        handles.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval_at(first, period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            let mut load = Load::default();
-            loop {
-                tick.tick().await;
-                let sent = Instant::now();
-                if sent >= end {
-                    break;
-                }
-                load.first_sent.get_or_insert(sent);
-                load.requests += 1;
-                match tokio::time::timeout(HANG, client.check(check_request(&domain, &user))).await
-                {
-                    Ok(Ok(r)) if r.get_ref().allowed => load.allowed += 1,
-                    Ok(Ok(_)) => load.denied += 1,
-                    _ => load.errors += 1,
-                }
-                load.last_answered = Some(Instant::now());
-            }
-            load
-        }));
-    }
-    let mut total = Load::default();
-    for h in handles {
-        total.add(&h.await.expect("load task"));
-    }
-    total
 }
 
 // ---------------------------------------------------------------------------------------
@@ -252,7 +65,7 @@ struct DenyRun {
 fn deny_run(deny_cache: bool, factor: u64, run: Duration) -> DenyRun {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let rules = bucket_rules(deny_cache);
-    let nodes = [start(&redis, &rules), start(&redis, &rules)];
+    let nodes = [start(&redis, &rules, ""), start(&redis, &rules, "")];
     let before = script_calls(&redis);
     let offered = factor * BUCKET_RATE;
     // Four clients per daemon, each paced: what is in flight at once stays bounded, as
@@ -275,9 +88,9 @@ fn deny_run(deny_cache: bool, factor: u64, run: Duration) -> DenyRun {
     let (mut store_checks, mut deny_hits) = (0, 0);
     let (mut store_s, mut store_n) = (0.0, 0.0);
     for n in &nodes {
-        let m = metrics(n.http);
-        store_checks += metric(&m, "sluice_store_batched_calls_total");
-        deny_hits += metric(&m, "sluice_deny_cache_hits_total");
+        let m = n.metrics();
+        store_checks += m.count("sluice_store_batched_calls_total");
+        deny_hits += m.count("sluice_deny_cache_hits_total");
         store_s += m["sluice_store_duration_seconds_sum"];
         store_n += m["sluice_store_duration_seconds_count"];
     }
@@ -437,13 +250,13 @@ fn burst_over(nodes: &[Node], user: &str, per_daemon: u64) -> Vec<u64> {
 
 /// Each daemon's lease counters: (leased units, returned, expired, lease calls, spent).
 fn lease_counters(n: &Node) -> (u64, u64, u64, u64, u64) {
-    let m = metrics(n.http);
+    let m = n.metrics();
     (
-        metric(&m, "sluice_leased_units_total"),
-        metric(&m, "sluice_lease_returned_units_total"),
-        metric(&m, "sluice_lease_expired_units_total"),
-        metric(&m, "sluice_lease_calls_total"),
-        metric(&m, "sluice_lease_spent_total"),
+        m.count("sluice_leased_units_total"),
+        m.count("sluice_lease_returned_units_total"),
+        m.count("sluice_lease_expired_units_total"),
+        m.count("sluice_lease_calls_total"),
+        m.count("sluice_lease_spent_total"),
     )
 }
 
@@ -462,17 +275,11 @@ fn wait_count(redis: &RedisServer, user: &str, want: u64) -> u64 {
 #[test]
 fn leases_never_overshoot_and_unspent_units_go_back() {
     let _serial = serial();
-    // The count lives in an hourly window: a boundary inside the test would start a fresh
-    // count. Start well inside one hour (this waits at most once an hour, under a minute).
-    let into_hour = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() % 3600);
-    if into_hour > 3540 {
-        std::thread::sleep(Duration::from_secs(3601 - into_hour));
-    }
+    // The count lives in an hourly window.
+    inside_an_hour();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let rules = lease_rules();
-    let mut nodes: Vec<Node> = (0..DAEMONS).map(|_| start(&redis, &rules)).collect();
+    let mut nodes: Vec<Node> = (0..DAEMONS).map(|_| start(&redis, &rules, "")).collect();
 
     // Over the count: 4 daemons x 60 requests on one shared count of 100.
     let allowed = burst_over(&nodes, "shared", 60);
@@ -603,7 +410,7 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
 
     // The highest rate a daemon serves here: a closed loop on one leased key (so Redis is
     // not what limits it), 64 requests in flight.
-    let probe = start_with(&redis, &auto_rules(1_000_000), config);
+    let probe = start(&redis, &auto_rules(1_000_000), config);
     let sat = bench(
         probe.grpc,
         "probe",
@@ -629,14 +436,14 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
     let rate = (offered / 2.0).floor() as u64;
     let batch = (rate / 100).max(1);
     let seconds = 10.0;
-    let node = start_with(&redis, &auto_rules(rate), config);
+    let node = start(&redis, &auto_rules(rate), config);
     let key = |u: &str| format!("sl:{{hk|user={u}}}:t:auto");
     let ordinary: Vec<String> = (0..ORDINARY).map(|i| format!("o{i}")).collect();
     let mut keys: Vec<String> = ordinary.iter().map(|u| key(u)).collect();
     keys.push(key("hot0"));
     let scripts_before = script_calls(&redis);
     let monitor = Monitor::start(redis.addr(), keys);
-    let m0 = metrics(node.http);
+    let m0 = node.metrics();
 
     // The ordinary keys, 20/s each, beside the hot key's load for as long as it runs.
     let grpc = node.grpc;
@@ -676,16 +483,16 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
     let ordinary_loads = ordinary_load.join().expect("ordinary load");
     // Quiet leases go back within a sweep or two; then Redis has seen everything.
     let deadline = Instant::now() + HANG;
-    let mut m1 = metrics(node.http);
-    while metric(&m1, "sluice_leases") > 0 && Instant::now() < deadline {
+    let mut m1 = node.metrics();
+    while m1.count("sluice_leases") > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        m1 = metrics(node.http);
+        m1 = node.metrics();
     }
     std::thread::sleep(Duration::from_millis(300));
     let (seen, monitor_scripts) = monitor.finish();
     let scripts = script_calls(&redis) - scripts_before;
     // Before the load a rule's decision series may not exist yet: 0.
-    let d = |name: &str| metric(&m1, name) - m0.get(name).map_or(0, |v| *v as u64);
+    let d = |name: &str| m1.count(name) - m0.count_or_zero(name);
 
     let ordinary_requests: u64 = ordinary_loads.iter().map(|l| l.requests).sum();
     let checks = d("sluice_checks_total{code=\"OK\"}")

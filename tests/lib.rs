@@ -5,3 +5,15 @@
 //! # Layout
 //!
 //! - `daemon.rs`: the daemon on its embedded default (memory store, YAML rules).
+//! - `failures.rs`: Redis paused, killed and restarted under a daemon; the quota journal.
+//! - `hot_keys.rs`, `sync_gate.rs`: the hot-key layer (deny cache, leases, the sync gate and
+//!   the local share) on a real Redis.
+//! - `limits.rs`: resource limits and self-protection on the wire.
+//! - `redis.rs`: daemons sharing one Redis, exact counts under contention.
+//! - `regions.rs`: three regions gossiping, a global limit across them.
+//! - `startup.rs`: a daemon that says it is ready is ready.
+//! - `tls.rs`: TLS and mTLS on every listener.
+//! - `common/`: what several of them share, in this library: bounded waits, one test at a
+//!   time, a `sluiced` on a Redis, paced gRPC load.
+
+pub mod common;

@@ -36,88 +36,17 @@
 //! units fill the budget (then C(a) + those units ≥ L were admitted), the store only when its
 //! count is at L.
 
-use sluice_proto::sluice::v1::{CheckRequest, Code, limiter_client::LimiterClient};
-use sluice_testkit::{Daemon, Monitor, RedisServer, TempDir, cargo_bin, free_ports, http_get};
-use std::collections::HashMap;
+use sluice_proto::sluice::v1::{Code, limiter_client::LimiterClient};
+use sluice_testkit::{Monitor, RedisServer, free_ports};
+use sluice_tests::common::load::{self, Load, channel, check_request, grpc_runtime};
+use sluice_tests::common::node::{Node, start};
+use sluice_tests::common::{HANG, inside_an_hour, serial};
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tonic::transport::Channel;
 
-/// The loads here share two cores with everything else: one test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Turns a hang into a failure; never an assertion on how long something took.
-const HANG: Duration = Duration::from_secs(60);
-
 /// The hourly window every rule here counts in.
 const HOUR_US: u64 = 3_600_000_000;
-
-/// One `sluiced` on a Redis.
-struct Node {
-    _daemon: Daemon,
-    http: SocketAddr,
-    grpc: SocketAddr,
-    // After the daemon: its files are removed once it is gone.
-    _dir: TempDir,
-}
-
-/// A daemon on `redis` with `rules`, `extra` appended to its config file. The store deadline
-/// is a second: on this busy machine a few-ms deadline turns slow calls into failures.
-fn start(redis: &RedisServer, rules: &str, extra: &str) -> Node {
-    let ports = free_ports(2);
-    let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
-    let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
-    let dir = TempDir::new(&format!("sync-gate-{}", ports[0])).expect("temp dir");
-    let rules_file = dir.path().join("rules.yaml");
-    std::fs::write(&rules_file, rules).expect("write rules");
-    let config = dir.path().join("sluiced.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "http_addr: {http}\ngrpc_addr: {grpc}\nrules: {}\nstore: {{ kind: redis, url: \"{}\" }}\nstore_timeout_ms: 1000\nhot_keys: {{ deny_entries: 10000, leases: 1000 }}\n{extra}",
-            rules_file.display(),
-            redis.url(),
-        ),
-    )
-    .expect("write config");
-    let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build -p sluiced --bins)");
-    let mut cmd = std::process::Command::new(bin);
-    cmd.arg("--config").arg(&config).env("RUST_LOG", "warn");
-    let mut daemon = Daemon::from_command(cmd).expect("spawn sluiced");
-    daemon
-        .wait_http_ok(http, "/healthz", Duration::from_secs(20))
-        .expect("sluiced becomes healthy");
-    Node {
-        _daemon: daemon,
-        http,
-        grpc,
-        _dir: dir,
-    }
-}
-
-/// A daemon's `/metrics`, one value per series (name with its labels).
-fn metrics(http: SocketAddr) -> HashMap<String, f64> {
-    let text = http_get(http, "/metrics").expect("metrics").text();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name, v) = l.rsplit_once(' ')?;
-            Some((name.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
-/// One series of a daemon's metrics; absent is a failure (the layer must export it).
-fn metric(m: &HashMap<String, f64>, name: &str) -> u64 {
-    *m.get(name)
-        .unwrap_or_else(|| panic!("no {name} in /metrics: {:?}", m.keys().collect::<Vec<_>>()))
-        as u64
-}
 
 /// The gate's counters of one daemon.
 #[derive(Debug, Default, Clone, Copy)]
@@ -136,16 +65,16 @@ struct GateCounters {
 
 impl GateCounters {
     fn of(n: &Node) -> GateCounters {
-        let m = metrics(n.http);
+        let m = n.metrics();
         GateCounters {
-            admitted: metric(&m, "sluice_gate_admitted_total"),
-            refused: metric(&m, "sluice_gate_refused_total"),
-            to_store: metric(&m, "sluice_gate_to_store_total"),
-            sync_calls: metric(&m, "sluice_sync_calls_total"),
-            synced_units: metric(&m, "sluice_synced_units_total"),
-            sync_failures: metric(&m, "sluice_sync_failures_total"),
-            gates: metric(&m, "sluice_gates"),
-            deny_hits: metric(&m, "sluice_deny_cache_hits_total"),
+            admitted: m.count("sluice_gate_admitted_total"),
+            refused: m.count("sluice_gate_refused_total"),
+            to_store: m.count("sluice_gate_to_store_total"),
+            sync_calls: m.count("sluice_sync_calls_total"),
+            synced_units: m.count("sluice_synced_units_total"),
+            sync_failures: m.count("sluice_sync_failures_total"),
+            gates: m.count("sluice_gates"),
+            deny_hits: m.count("sluice_deny_cache_hits_total"),
         }
     }
 
@@ -181,17 +110,6 @@ fn wait_counters(
     }
 }
 
-/// Starts well inside an hour: the counts live in hourly windows and a boundary inside a
-/// test would start a fresh count (this waits at most once an hour, under a minute).
-fn inside_an_hour() {
-    let into_hour = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() % 3600);
-    if into_hour > 3540 {
-        std::thread::sleep(Duration::from_secs(3601 - into_hour));
-    }
-}
-
 /// The Redis key of `user`'s count under rule `rule` of domain `sg` in this hour.
 fn window_key(rule: &str, user: &str) -> String {
     let now = SystemTime::now()
@@ -210,70 +128,8 @@ fn count(redis: &RedisServer, key: &str) -> u64 {
     }
 }
 
-fn grpc_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-async fn channel(addr: SocketAddr) -> Channel {
-    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .expect("connect to sluiced")
-}
-
-fn check_request(user: &str) -> CheckRequest {
-    CheckRequest {
-        domain: "sg".into(),
-        descriptors: [("user".to_string(), user.to_string())].into(),
-        cost: None,
-    }
-}
-
-/// What a paced load got back.
-#[derive(Debug, Default, Clone)]
-struct Load {
-    requests: u64,
-    allowed: u64,
-    denied: u64,
-    errors: u64,
-    first_sent: Option<Instant>,
-    last_answered: Option<Instant>,
-}
-
-impl Load {
-    fn add(&mut self, o: &Load) {
-        self.requests += o.requests;
-        self.allowed += o.allowed;
-        self.denied += o.denied;
-        self.errors += o.errors;
-        self.first_sent = match (self.first_sent, o.first_sent) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.last_answered = self.last_answered.max(o.last_answered);
-    }
-
-    fn span(&self) -> Duration {
-        match (self.first_sent, self.last_answered) {
-            (Some(a), Some(b)) => b.saturating_duration_since(a),
-            _ => Duration::ZERO,
-        }
-    }
-
-    fn rate(&self) -> f64 {
-        self.requests as f64 / self.span().as_secs_f64().max(1e-9)
-    }
-}
-
-/// `tasks` tasks, task `t` on the daemon of `chans[t % len]`, together offering `rate`
-/// checks a second for `user` (each on its own schedule, catching up when an answer was
-/// slow; their starts spread over the period) until `run` has passed.
+/// `tasks` tasks, task `t` on the daemon of `nodes[t % len]`, together offering `rate`
+/// checks a second for `user` until `run` has passed ([`load::paced`]).
 fn paced(nodes: &[&Node], user: &str, tasks: usize, rate: f64, run: Duration) -> Load {
     let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.grpc).collect();
     grpc_runtime().block_on(async {
@@ -282,40 +138,7 @@ fn paced(nodes: &[&Node], user: &str, tasks: usize, rate: f64, run: Duration) ->
             chans.push(channel(*a).await);
         }
         let period = Duration::from_secs_f64(tasks as f64 / rate);
-        let start = tokio::time::Instant::now();
-        let end = Instant::now() + run;
-        let mut handles = Vec::new();
-        for t in 0..tasks {
-            let mut client = LimiterClient::new(chans[t % chans.len()].clone());
-            let user = user.to_string();
-            let first = start + period.mul_f64(t as f64 / tasks as f64);
-            handles.push(tokio::spawn(async move {
-                let mut tick = tokio::time::interval_at(first, period);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-                let mut load = Load::default();
-                loop {
-                    tick.tick().await;
-                    let sent = Instant::now();
-                    if sent >= end {
-                        break;
-                    }
-                    load.first_sent.get_or_insert(sent);
-                    load.requests += 1;
-                    match tokio::time::timeout(HANG, client.check(check_request(&user))).await {
-                        Ok(Ok(r)) if r.get_ref().allowed => load.allowed += 1,
-                        Ok(Ok(_)) => load.denied += 1,
-                        _ => load.errors += 1,
-                    }
-                    load.last_answered = Some(Instant::now());
-                }
-                load
-            }));
-        }
-        let mut total = Load::default();
-        for h in handles {
-            total.add(&h.await.expect("load task"));
-        }
-        total
+        load::paced(chans, "sg".into(), user.into(), tasks, period, run).await
     })
 }
 
@@ -421,7 +244,7 @@ fn sync_gate_through_two_daemons() {
 
 /// One check on `client`: its code.
 async fn one(client: &mut LimiterClient<Channel>, user: &str) -> Code {
-    let r = tokio::time::timeout(HANG, client.check(check_request(user)))
+    let r = tokio::time::timeout(HANG, client.check(check_request("sg", user)))
         .await
         .expect("answered")
         .expect("check");
@@ -548,7 +371,7 @@ fn region(redis: &RedisServer) -> Vec<Node> {
     loop {
         let live: Vec<u64> = nodes
             .iter()
-            .map(|n| metric(&metrics(n.http), "sluice_gossip_live_nodes"))
+            .map(|n| n.metrics().count("sluice_gossip_live_nodes"))
             .collect();
         if live.iter().all(|&l| l == REGION_DAEMONS as u64) {
             break;
