@@ -294,9 +294,15 @@ local function tb_current(rate, burst, st, now, rcur)
     else
         tokens, ts, seen, used = cap, now, rcur, 0
     end
+    -- Other regions' new consumption comes out of what the bucket holds; the rest is owed
+    -- (seen lags the figure, at most one burst) and comes out of the refill.
     local fresh = sat(rcur - seen)
-    tokens = sat(tokens - fresh * SCALE)
-    return tokens, ts, max(seen, rcur), used
+    local drained = min(fresh, idiv(tokens, SCALE))
+    tokens = tokens - drained * SCALE
+    if fresh > 0 then
+        seen = rcur - min(fresh - drained, burst)
+    end
+    return tokens, ts, seen, used
 end
 
 local function tb_evaluate(it, st, now, cost)
@@ -370,7 +376,7 @@ local function gcra_interval(rate)
     return ceil_div(SECOND, rate)
 end
 
-local function gcra_current(rate, st, now, rcur)
+local function gcra_current(rate, burst, st, now, rcur)
     local t = gcra_interval(rate)
     local tat, seen, used
     if st then
@@ -378,16 +384,21 @@ local function gcra_current(rate, st, now, rcur)
     else
         tat, seen, used = now, rcur, 0
     end
+    -- Fresh remote consumption up to one burst of debt; the rest is owed (seen lags).
     local fresh = sat(rcur - seen)
-    tat = max(tat, now) + fresh * t
-    return tat, max(seen, rcur), used
+    tat = max(tat, now)
+    local applied = min(fresh, idiv(sat(now + t * burst - tat), t))
+    if fresh > 0 then
+        seen = rcur - min(fresh - applied, burst)
+    end
+    return tat + applied * t, seen, used
 end
 
 local function gcra_evaluate(it, st, now, cost)
     local rate, burst = it.p1, it.p2
     local t = gcra_interval(rate)
     local tolerance = t * burst
-    local tat, _, used = gcra_current(rate, st, now, it.rcur)
+    local tat, _, used = gcra_current(rate, it.p2, st, now, it.rcur)
     local probe_cost = max(cost, 1)
     local probe = tat + probe_cost * t
     if probe - now <= tolerance then
@@ -409,7 +420,7 @@ end
 local function gcra_take(it, st, now, cost)
     local rate, burst = it.p1, it.p2
     local t = gcra_interval(rate)
-    local tat, seen, used = gcra_current(rate, st, now, it.rcur)
+    local tat, seen, used = gcra_current(rate, it.p2, st, now, it.rcur)
     -- A charged refusal may not push the TAT beyond one full burst of debt.
     tat = min(tat + cost * t, now + t * burst)
     used = used_after(it, used, cost)

@@ -17,16 +17,12 @@ fn client_moves(params: &[(&str, &str)]) -> sluice_sim::Report {
 }
 
 /// One key at 100/s spread over all three regions, on a global bucket of 20/s, burst 200:
-/// every region's bucket is drained by the others' figures while it refuses. The daemon's
-/// store call then writes the drained bucket (`algo::remote_news`, shared buckets only),
-/// floored at empty: the part of the others' consumption beyond what the bucket held is
-/// forgiven, and each region refills from empty at the whole rate. This run admits 14,751
-/// units of the exact 6,200 (burst + 300 s × 20/s).
-///
-/// The simulator used to plan global buckets unshared (never writing the drain, keeping its
-/// own model of `used`) and admitted 6,214 here: a figure of a path the daemon does not run.
-/// When the core keeps the drain past an empty bucket, this figure drops: update the bound
-/// and docs/accuracy.md with it.
+/// every region's bucket is drained by the others' figures. What a bucket cannot take of
+/// them is owed and comes out of its refill, so the three regions together hold the bucket:
+/// 6,214 units admitted of the exact 6,200 (burst + 300 s × 20/s). When a drain stopped at
+/// an empty bucket and forgave the rest, each region refilled from empty at the whole rate
+/// and the daemon's path admitted 14,751 (the simulator, then planning global buckets on a
+/// path of its own, showed 6,214 and hid it).
 #[test]
 fn a_bucket_busy_in_every_region_is_decided_as_the_daemon_decides_it() {
     let r = client_moves(&[
@@ -40,6 +36,9 @@ fn a_bucket_busy_in_every_region_is_decided_as_the_daemon_decides_it() {
         .find(|x| x.id == "global-bucket")
         .unwrap_or_else(|| panic!("no rule"));
     let exact = 200 + 300 * 20;
-    assert!(b.admitted > 2 * exact, "{} admitted", b.admitted);
-    assert!(b.admitted < 3 * exact, "{} admitted", b.admitted);
+    assert!(
+        (exact * 98 / 100..=exact * 102 / 100).contains(&b.admitted),
+        "{} admitted of the exact {exact}",
+        b.admitted
+    );
 }

@@ -18,23 +18,32 @@ pub(super) fn ttl(tat: Micros, now: Micros) -> Micros {
     tat.saturating_sub(now)
 }
 
-/// TAT at `now` (never in the past), with fresh remote consumption applied; the remote
-/// figure seen; this region's cumulative `used` (0 for a fresh key: a new generation).
-fn current(rate: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
+/// TAT at `now` (never in the past), with fresh remote consumption applied up to one burst
+/// of debt; the remote figure seen (what was not applied is owed: `seen` lags the figure by
+/// it, at most one burst, and it is applied as the TAT comes back); this region's cumulative
+/// `used` (0 for a fresh key: a new generation).
+fn current(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
     let t = interval(rate);
     let (tat, seen, used) = match state {
         Some(State::Gcra { tat, seen, used }) => (*tat, *seen, *used),
         _ => (req.now, req.remote.cur, 0),
     };
     let fresh = req.remote.cur.saturating_sub(seen);
-    let tat = tat.max(req.now) + fresh.saturating_mul(t);
-    (tat, seen.max(req.remote.cur), used)
+    let tat = tat.max(req.now);
+    let room = (req.now + t * burst).saturating_sub(tat) / t;
+    let applied = fresh.min(room);
+    let seen = if fresh > 0 {
+        req.remote.cur - (fresh - applied).min(burst)
+    } else {
+        seen
+    };
+    (tat + applied * t, seen, used)
 }
 
 pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> Outcome {
     let t = interval(rate);
     let tolerance = t * burst;
-    let (tat, _, used) = current(rate, state, req);
+    let (tat, _, used) = current(rate, burst, state, req);
     let now = req.now;
     let probe = tat + probe_cost(req.cost) * t;
     if probe - now <= tolerance {
@@ -80,7 +89,7 @@ pub(super) fn take(
     req: &Request<'_>,
 ) -> (State, Micros) {
     let t = interval(rate);
-    let (tat, seen, used) = current(rate, state, req);
+    let (tat, seen, used) = current(rate, burst, state, req);
     // A charged refusal may not push the TAT beyond one full burst of debt.
     let tat = (tat + req.cost * t).min(req.now + t * burst);
     let used = used_after(used, req.cost, burst, req);

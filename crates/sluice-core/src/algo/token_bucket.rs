@@ -64,9 +64,19 @@ pub(super) fn current(
         }
         _ => (cap, req.now, req.remote.cur, 0),
     };
+    // Other regions' new consumption comes out of what the bucket holds. What it cannot hold
+    // now is owed, `seen` lagging the figure, and comes out of the refill (at most one burst
+    // is owed): forgiven, it let a bucket busy in every region refill from empty at the full
+    // rate in each, 2.4x its limit over three regions.
     let fresh = req.remote.cur.saturating_sub(seen);
-    tokens = tokens.saturating_sub(fresh.saturating_mul(TOKEN_SCALE));
-    (tokens, ts, seen.max(req.remote.cur), used)
+    let drained = fresh.min(tokens / TOKEN_SCALE);
+    tokens -= drained * TOKEN_SCALE;
+    let seen = if fresh > 0 {
+        req.remote.cur - (fresh - drained).min(burst)
+    } else {
+        seen
+    };
+    (tokens, ts, seen, used)
 }
 
 /// `Outcome::usage`: the cumulative figure for a shared rule, how drained otherwise.
@@ -300,5 +310,42 @@ mod tests {
         let o = evaluate(&p, None, &req(0, 6));
         assert!(!o.allowed);
         assert_eq!(o.retry_after, full_period(10, 5));
+    }
+
+    /// Other regions' consumption beyond what the bucket holds is owed, not forgiven: it
+    /// comes out of the refill before this region gets any.
+    #[test]
+    fn remote_consumption_past_empty_is_owed() {
+        let p = Params::TokenBucket {
+            rate_per_s: 1,
+            burst: 10,
+        };
+        let at = |now: Micros, cur: u64| Request {
+            now,
+            cost: 1,
+            request_id: "",
+            remote: Remote::shared_bucket(cur),
+        };
+        // Full (10), then the others take 14: empty, 4 owed.
+        let (st, _) = take(
+            &p,
+            None,
+            &Request {
+                cost: 0,
+                ..at(0, 0)
+            },
+        );
+        let (st, _) = take(
+            &p,
+            Some(&st),
+            &Request {
+                cost: 0,
+                ..at(0, 14)
+            },
+        );
+        assert!(!evaluate(&p, Some(&st), &at(0, 14)).allowed);
+        // Four seconds of refill pay the debt; the fifth second's token is this region's.
+        assert!(!evaluate(&p, Some(&st), &at(4 * SECOND, 14)).allowed);
+        assert!(evaluate(&p, Some(&st), &at(5 * SECOND, 14)).allowed);
     }
 }
