@@ -216,6 +216,9 @@ fn a_valid_rules_change_goes_live_and_an_invalid_one_is_refused() {
         v["policies"][0]["limit"], 3,
         "the last good rules keep serving"
     );
+    // Counted for operators too (the series used to stay at 0 whatever was refused).
+    let m = sluice_testkit::Metrics::scrape(r.http).expect("metrics");
+    assert_eq!(m.count("sluice_rules_refused_total"), 1);
 }
 
 #[test]

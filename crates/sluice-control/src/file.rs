@@ -99,6 +99,7 @@ async fn poll(
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "rules file refused; keeping the current rules");
+                published.refuse();
             }
         }
     }
@@ -137,7 +138,15 @@ mod tests {
 
         std::fs::write(&path, "domain: a\nrules:\n  - { id: r, algorithm: nope }\n")
             .expect("write");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Wait for the refusal itself, then see that nothing was published.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while published.refusals() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the invalid file was read and refused");
+        assert_eq!(published.refusals(), 1);
         assert_eq!(published.version(), 1, "the invalid file was refused");
         assert_eq!(
             published.load().domain("a").expect("domain").rules[0]

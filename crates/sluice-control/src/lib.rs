@@ -38,6 +38,7 @@ use tokio::sync::watch;
 pub struct Published {
     current: ArcSwap<RuleSet>,
     changed: watch::Sender<u64>,
+    refused: std::sync::atomic::AtomicU64,
 }
 
 impl Published {
@@ -47,6 +48,7 @@ impl Published {
         Arc::new(Published {
             current: ArcSwap::from_pointee(initial),
             changed,
+            refused: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -65,6 +67,18 @@ impl Published {
     /// The version currently served.
     pub fn version(&self) -> u64 {
         self.current.load().version
+    }
+
+    /// Counts a rule set refused by validation (the last good one keeps serving): an
+    /// operator's signal that a change did not take, and a test's event to wait on.
+    pub fn refuse(&self) {
+        self.refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Rule sets refused so far.
+    pub fn refusals(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Notified with the version on every publish.

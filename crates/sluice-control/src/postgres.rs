@@ -417,6 +417,7 @@ impl PgSource {
                 let new = self.last_error.as_deref() != Some(msg.as_str());
                 if new {
                     tracing::error!(error = %e, version, served = self.version, "rule set from PostgreSQL refused; keeping the last good set");
+                    self.published.refuse();
                 }
                 self.last_error = Some(msg);
                 Ok(new)

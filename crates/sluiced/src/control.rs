@@ -159,3 +159,26 @@ pub fn spawn_admin(
         stop,
     ))
 }
+
+/// `sluice_rules_refused_total`: rule sets validation refused, from the rules file or from
+/// PostgreSQL (the last good set kept serving), counted where they were refused.
+pub struct RulesRefused(pub Arc<Published>);
+
+impl std::fmt::Debug for RulesRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RulesRefused")
+            .field(&self.0.refusals())
+            .finish()
+    }
+}
+
+impl crate::metrics::Exporter for RulesRefused {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "# HELP sluice_rules_refused_total Rule sets refused by validation (the last good set kept serving).\n# TYPE sluice_rules_refused_total counter\nsluice_rules_refused_total {}",
+            self.0.refusals()
+        );
+    }
+}

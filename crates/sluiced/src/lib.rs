@@ -114,6 +114,7 @@ pub async fn run(
     let metrics = Arc::new(metrics::Metrics::default());
     let guard = Arc::new(limits::Guard::new(cfg.limits.clone()));
     metrics.add_exporter(guard.clone());
+    metrics.add_exporter(Arc::new(control::RulesRefused(published.clone())));
     let mut engine = Engine::new(
         published.clone(),
         store,

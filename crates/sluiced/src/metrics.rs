@@ -109,8 +109,6 @@ pub struct Metrics {
     pub panics: AtomicU64,
     /// Concurrency releases whose store call failed (the slot expires by its timeout).
     pub release_failures: AtomicU64,
-    /// Rule files/changes refused.
-    pub rules_refused: AtomicU64,
 }
 
 impl Metrics {
@@ -200,11 +198,6 @@ impl Metrics {
                 "sluice_release_failures_total",
                 "Concurrency releases whose store call failed or timed out: the slot is freed only by its timeout.",
                 &self.release_failures,
-            ),
-            (
-                "sluice_rules_refused_total",
-                "Rule changes refused by validation.",
-                &self.rules_refused,
             ),
         ] {
             let _ = writeln!(
