@@ -14,8 +14,14 @@
 //! way: an identity is `domain|name=value|...` with `% { } | =` escaped in the domain and the
 //! values, and descriptor names are `[A-Za-z0-9_.-]`, so a `|` is always followed by a name
 //! and never by `#`.
+//!
+//! Whoever needs a key's or an identity's parts calls this module: [`parse`] (identity,
+//! algorithm, rule), [`split_identity`] (sub-count part), [`escaped_domain`] / [`domain`]
+//! (the domain, e.g. to find a received figure's rules), [`unescape`] (the inverse of
+//! [`push_escaped`]) and [`hash_tag`] (what Redis Cluster hashes, for the stores' shards).
 
 use crate::algo::Kind;
+use std::borrow::Cow;
 
 /// A store key's parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +97,90 @@ pub fn split_identity(identity: &str) -> (&str, Option<u32>) {
     (identity, None)
 }
 
+/// Escapes what would end a hash tag (`{ }`) or blur the identity's structure (`| =`, and
+/// `%` itself) in a domain or a descriptor value, appending to `out`; [`unescape`] reverses it.
+pub fn push_escaped(out: &mut String, s: &str) {
+    // Most values need no escape: copy them whole.
+    if !s
+        .bytes()
+        .any(|b| matches!(b, b'%' | b'{' | b'}' | b'|' | b'='))
+    {
+        out.push_str(s);
+        return;
+    }
+    for c in s.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            '|' => out.push_str("%7C"),
+            '=' => out.push_str("%3D"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The inverse of [`push_escaped`], so a received identity's domain can be looked up by
+/// name. A `%` that starts none of the five escapes is kept as it is (only a forged identity
+/// holds one); nothing is decoded twice (`%257C` is `%7C`).
+pub fn unescape(s: &str) -> Cow<'_, str> {
+    if !s.contains('%') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let c = match rest.as_bytes().get(i + 1..i + 3) {
+            Some(b"25") => Some('%'),
+            Some(b"7B") => Some('{'),
+            Some(b"7D") => Some('}'),
+            Some(b"7C") => Some('|'),
+            Some(b"3D") => Some('='),
+            _ => None,
+        };
+        match c {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[i + 3..];
+            }
+            None => {
+                out.push('%');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// The domain of `identity` as it stands there (escaped): everything before the first `|`.
+/// Escaping is one-to-one, so this tells domains apart as well as [`domain`] does, without
+/// an allocation.
+pub fn escaped_domain(identity: &str) -> &str {
+    identity.split_once('|').map_or(identity, |(d, _)| d)
+}
+
+/// The domain of `identity`, unescaped: the name its rule set goes by.
+pub fn domain(identity: &str) -> Cow<'_, str> {
+    unescape(escaped_domain(identity))
+}
+
+/// The part of `key` Redis Cluster hashes to choose its slot: the bytes between the first
+/// `{` and the first `}` after it when there are any, else the whole key. A store key's is
+/// its identity, so every key of one identity shares a slot (and a memory store's shard).
+pub fn hash_tag(key: &str) -> &str {
+    // Byte scans: both braces are ASCII, so the slice bounds are char boundaries.
+    let b = key.as_bytes();
+    let Some(open) = b.iter().position(|&c| c == b'{') else {
+        return key;
+    };
+    match b[open + 1..].iter().position(|&c| c == b'}') {
+        Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+        _ => key,
+    }
+}
+
 /// The inverse of [`store_key`]; `None` for anything it does not make. Neither identities
 /// (escaped) nor rule ids (validated) hold a `}`, so the first `}:` ends the tag.
 pub fn parse(key: &str) -> Option<KeyParts<'_>> {
@@ -112,6 +202,8 @@ pub fn parse(key: &str) -> Option<KeyParts<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matching::{Descriptors, identity};
+    use proptest::prelude::*;
 
     const KINDS: [Kind; 6] = [
         Kind::TokenBucket,
@@ -179,6 +271,110 @@ mod tests {
             "sl:{a}r",
         ] {
             assert_eq!(parse(k), None, "{k}");
+        }
+    }
+
+    #[test]
+    fn unescape_reverses_the_identity_escapes_only() {
+        assert_eq!(unescape("public-api"), "public-api");
+        assert!(matches!(unescape("public-api"), Cow::Borrowed(_)));
+        assert_eq!(unescape("a%7Cb%25c%3D"), "a|b%c=");
+        assert_eq!(unescape("%7B%7D"), "{}");
+        // Decoded once: an escaped `%` followed by `7C` is the text `%7C`.
+        assert_eq!(unescape("%257C"), "%7C");
+        // What no escape makes stays as it is.
+        for s in ["%", "%7", "%7c", "%41", "a%", "%%7C", "%é", "100%"] {
+            let want = if s == "%%7C" { "%|" } else { s };
+            assert_eq!(unescape(s), want, "{s}");
+        }
+    }
+
+    #[test]
+    fn the_domain_is_before_the_first_bar_and_unescaped() {
+        for (id, esc, dom) in [
+            ("api", "api", "api"),
+            ("api|k=v", "api", "api"),
+            ("api|k=v%7Cw|x=y", "api", "api"),
+            ("a%7Cb|k=v", "a%7Cb", "a|b"),
+            ("a%7Cb|#3", "a%7Cb", "a|b"),
+            ("|k=v", "", ""),
+        ] {
+            assert_eq!(escaped_domain(id), esc, "{id}");
+            assert_eq!(domain(id), dom, "{id}");
+        }
+    }
+
+    #[test]
+    fn hash_tag_follows_redis_cluster() {
+        assert_eq!(hash_tag("sl:{d|k=v}:rule"), "d|k=v");
+        assert_eq!(hash_tag("plain"), "plain");
+        assert_eq!(hash_tag(""), "");
+        // Only the first `{...}` counts; an empty one does not, nor an unclosed one.
+        assert_eq!(hash_tag("foo{bar}{zap}"), "bar");
+        assert_eq!(hash_tag("{a}{b}"), "a");
+        assert_eq!(hash_tag("a{}b"), "a{}b");
+        assert_eq!(hash_tag("foo{}{bar}"), "foo{}{bar}");
+        assert_eq!(hash_tag("x{open"), "x{open");
+        // The tag ends at the first `}` after the first `{`.
+        assert_eq!(hash_tag("foo{{bar}}zap"), "{bar");
+        assert_eq!(hash_tag("a}b{c}d"), "c");
+        assert_eq!(hash_tag("é{ü}"), "ü");
+    }
+
+    /// The daemon's former decoder (five replaces in turn), which [`unescape`] replaced.
+    fn replaces(s: &str) -> String {
+        s.replace("%7C", "|")
+            .replace("%7B", "{")
+            .replace("%7D", "}")
+            .replace("%3D", "=")
+            .replace("%25", "%")
+    }
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop::sample::select(KINDS.to_vec())
+    }
+
+    /// Domains and values full of what gets escaped, or anything at all.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z%{}|=:#7CBD25é ]{0,12}", any::<String>()]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn parse_inverts_store_key(
+            dom in text().prop_filter("a domain has a name", |d| !d.is_empty()),
+            fields in prop::collection::btree_map("[A-Za-z0-9_.-]{1,8}", text(), 0..4),
+            part in prop::option::of(any::<u32>()),
+            rule in "[A-Za-z0-9_.:-]{1,64}",
+            kind in kind(),
+        ) {
+            let names: Vec<String> = fields.keys().cloned().collect();
+            let d = Descriptors::new(fields.into_iter().collect()).expect("valid descriptors");
+            let base = identity(&dom, &names, &d).expect("every key field given");
+            let id = match part {
+                Some(p) => sub_identity(&base, p),
+                None => base.clone(),
+            };
+            let key = store_key(&id, &rule, kind);
+            prop_assert_eq!(parse(&key), Some(KeyParts { identity: &id, kind, rule: &rule }));
+            prop_assert_eq!(split_identity(&id), (base.as_str(), part));
+            prop_assert_eq!(domain(&id), dom.as_str());
+            prop_assert_eq!(hash_tag(&key), id.as_str());
+        }
+
+        #[test]
+        fn unescape_inverts_escaping(s in text()) {
+            let mut e = String::new();
+            push_escaped(&mut e, &s);
+            prop_assert!(!e.contains(['{', '}', '|', '=']), "{}", e);
+            prop_assert_eq!(unescape(&e), s.as_str());
+        }
+
+        #[test]
+        fn unescape_answers_as_the_replaces_did(s in prop_oneof!["[%257BCDc3=|a]{0,16}", any::<String>()]) {
+            prop_assert_eq!(unescape(&s), replaces(&s));
         }
     }
 }

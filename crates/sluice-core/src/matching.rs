@@ -4,6 +4,7 @@
 
 use crate::algo::Params;
 use crate::hash::rollout_bucket;
+use crate::keys::push_escaped;
 use crate::rules::{Domain, Mode, Override, Rule};
 use smallvec::SmallVec;
 use std::borrow::Cow;
@@ -164,29 +165,9 @@ pub struct Applied<'a> {
     pub split: Option<crate::hotkeys::split::Split>,
 }
 
-/// Escapes what would end a hash tag or blur the identity's structure.
-fn push_escaped(out: &mut String, s: &str) {
-    // Most values need no escape: copy them whole.
-    if !s
-        .bytes()
-        .any(|b| matches!(b, b'%' | b'{' | b'}' | b'|' | b'='))
-    {
-        out.push_str(s);
-        return;
-    }
-    for c in s.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            '|' => out.push_str("%7C"),
-            '=' => out.push_str("%3D"),
-            c => out.push(c),
-        }
-    }
-}
-
-/// The identity string of a rule's key fields (`None` when a key field is missing).
+/// The identity string of a rule's key fields (`None` when a key field is missing): the
+/// domain and the values escaped ([`crate::keys::push_escaped`]; [`crate::keys::unescape`]
+/// reverses it).
 pub fn identity(domain: &str, key: &[String], d: &Descriptors) -> Option<String> {
     let mut out = String::with_capacity(domain.len() + 32);
     push_escaped(&mut out, domain);
