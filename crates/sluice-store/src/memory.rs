@@ -21,6 +21,7 @@ use hashbrown::hash_table::Entry as Slot;
 use siphasher::sip::SipHasher13;
 use sluice_core::batch::{Call, CallResult, GiveBack, Write, apply_into};
 use sluice_core::hash::{InlineKey, Keyed};
+use sluice_core::keys::hash_tag;
 use sluice_core::{Micros, State, algo};
 use sluice_rng::splitmix64;
 use std::hash::{BuildHasher, Hasher};
@@ -188,20 +189,6 @@ pub struct MemoryStore {
     visited: AtomicU64,
 }
 
-/// The hash tag of a key (`sl:{tag}:rule` → `tag`), or the whole key.
-fn tag(key: &str) -> &str {
-    // Redis Cluster's rule: the first `{`, then the first `}` after it, non-empty between.
-    // Byte scans: both are ASCII, so the slice bounds are char boundaries.
-    let b = key.as_bytes();
-    let Some(open) = b.iter().position(|&c| c == b'{') else {
-        return key;
-    };
-    match b[open + 1..].iter().position(|&c| c == b'}') {
-        Some(len) if len > 0 => &key[open + 1..open + 1 + len],
-        _ => key,
-    }
-}
-
 impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore::new(1_000_000)
@@ -248,7 +235,7 @@ impl MemoryStore {
     }
 
     fn shard(&self, key: &str) -> &Mutex<Shard> {
-        &self.shards[self.shard_of_tag(tag(key))]
+        &self.shards[self.shard_of_tag(hash_tag(key))]
     }
 
     fn lock<'a>(m: &'a Mutex<Shard>) -> std::sync::MutexGuard<'a, Shard> {
@@ -269,10 +256,10 @@ impl MemoryStore {
             });
         };
         // The tag is hashed once: keys with the same tag share its shard.
-        let first_tag = tag(&first.key);
+        let first_tag = hash_tag(&first.key);
         let si = self.shard_of_tag(first_tag);
         if call.items[1..].iter().any(|i| {
-            let t = tag(&i.key);
+            let t = hash_tag(&i.key);
             t != first_tag && self.shard_of_tag(t) != si
         }) {
             return Err(StoreError::Server(
@@ -536,17 +523,6 @@ mod tests {
     use sluice_core::batch::Item;
     use sluice_core::hash::stable_hash;
     use sluice_core::{Params, Remote};
-
-    #[test]
-    fn tag_follows_redis_cluster() {
-        assert_eq!(tag("sl:{d|k=v}:rule"), "d|k=v");
-        assert_eq!(tag("plain"), "plain");
-        assert_eq!(tag("a{}b"), "a{}b");
-        assert_eq!(tag("a}b{c}d"), "c");
-        assert_eq!(tag("{a}{b}"), "a");
-        assert_eq!(tag("x{open"), "x{open");
-        assert_eq!(tag("é{ü}"), "ü");
-    }
 
     fn call(key: &str, now: Micros, params: Params) -> Call {
         Call {

@@ -14,22 +14,10 @@ fn crc16(data: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(data)
 }
 
-/// The Cluster slot of `key`: CRC16 of its hash tag (the bytes between the first `{` and the
-/// next `}`, when not empty) or of the whole key, mod 16384.
+/// The Cluster slot of `key`: CRC16 of its hash tag ([`sluice_core::keys::hash_tag`]: the
+/// bytes between the first `{` and the next `}`, when not empty) or of the whole key, mod 16384.
 pub fn key_slot(key: &str) -> u16 {
-    let k = key.as_bytes();
-    let hashed = k
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &k[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .filter(|&close| close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(k);
-    crc16(hashed) % SLOTS as u16
+    crc16(sluice_core::keys::hash_tag(key).as_bytes()) % SLOTS as u16
 }
 
 #[cfg(test)]
