@@ -599,7 +599,7 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
     let mut cache: HashMap<(&str, &str, Option<u32>), Option<usize>> = HashMap::new();
     let mut resolved: Vec<(String, usize, Micros, u64)> = Vec::with_capacity(u.figures.len());
     for f in &u.figures {
-        let domain = f.identity.split('|').next().unwrap_or_default();
+        let domain = sluice_core::keys::escaped_domain(&f.identity);
         let part = sluice_core::keys::split_identity(&f.identity).1;
         let slot = *cache.entry((domain, &f.rule, part)).or_insert_with(|| {
             inner.lookup.global_params(&f.identity, &f.rule).map(|p| {
