@@ -147,18 +147,6 @@ impl GossipConfig {
     }
 }
 
-/// Reverses the escaping of `sluice_core::matching::identity` for the domain part.
-fn unescape(s: &str) -> String {
-    if !s.contains('%') {
-        return s.to_string();
-    }
-    s.replace("%7C", "|")
-        .replace("%7B", "{")
-        .replace("%7D", "}")
-        .replace("%3D", "=")
-        .replace("%25", "%")
-}
-
 /// Finds a received figure's rule in the live rule set.
 struct Lookup {
     rules: Arc<Published>,
@@ -166,7 +154,7 @@ struct Lookup {
 
 impl RuleLookup for Lookup {
     fn global_params(&self, identity: &str, rule: &str) -> Option<Params> {
-        let domain = unescape(identity.split('|').next().unwrap_or_default());
+        let domain = sluice_core::keys::domain(identity);
         let set = self.rules.load();
         let r = set.domain(&domain)?.rule(rule)?;
         if r.scope != Scope::Global || r.mode == Mode::Off {
@@ -308,9 +296,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn domains_unescape_and_config_validates() {
-        assert_eq!(unescape("public-api"), "public-api");
-        assert_eq!(unescape("a%7Cb%25c%3D"), "a|b%c=");
+    fn config_validates() {
         assert!(GossipConfig::default().validate().is_ok());
         let bad = GossipConfig {
             max_datagram: 100,
