@@ -43,10 +43,11 @@ use crate::scenario::{Delivery, Event, Scenario, Shippers};
 use crate::traffic::Generator;
 use sluice_core::Micros;
 use sluice_core::batch::{Call, GiveBack};
-use sluice_core::decision::{Answer, Code, Plan, Via, plan};
+use sluice_core::decision::{Answer, Code, Decision, Plan, Via, plan};
 use sluice_core::hash::InlineKey;
 use sluice_core::hotkeys::gate::SyncCall;
 use sluice_core::hotkeys::{CallPolicy, Layer, lease};
+use sluice_core::matching::Descriptors;
 use sluice_core::merge::RemoteCounts;
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
 use sluice_core::ship::{Batch, LocalUsage, Observed, ShipEntry, message_bytes, observations};
@@ -124,8 +125,8 @@ struct Msg {
 struct Pending<'a> {
     region: usize,
     daemon: usize,
-    traffic: u32,
-    key: u32,
+    /// The generator and key it came from; `None` for a request given by [`Sim::decide`].
+    src: Option<(u32, u32)>,
     now: Micros,
     cost: u64,
     plan: Plan<'a>,
@@ -505,6 +506,8 @@ pub struct Sim<'a> {
     shipping_due: Micros,
     /// Per region: the shortest delay any of its outgoing links can give.
     first_delivery: Vec<Micros>,
+    /// The decision of the last request given by [`Sim::decide`], once executed.
+    decided: Option<Decision>,
 }
 
 /// A shipment waiting for the observer's answer.
@@ -605,6 +608,7 @@ impl<'a> Sim<'a> {
                         .unwrap_or(0)
                 })
                 .collect(),
+            decided: None,
         };
         for r in 0..n {
             sim.start_daemons(r);
@@ -746,7 +750,12 @@ impl<'a> Sim<'a> {
             // Close the channel even if the loop panics, or the scope would wait forever
             // for the observer.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.events_loop(progress);
+                self.events_loop(Micros::MAX, progress);
+                progress(&Progress {
+                    now: self.sc.duration,
+                    duration: self.sc.duration,
+                    requests: self.metrics.requests,
+                });
                 self.drain_layers();
             }));
             self.pipe.flush();
@@ -765,8 +774,9 @@ impl<'a> Sim<'a> {
         report::build(self.sc, self.seed, &m, &self.gossip, &self.heals)
     }
 
-    /// The event loop, to the end of the run.
-    fn events_loop(&mut self, progress: &mut dyn FnMut(&Progress)) {
+    /// The event loop, through every event due at or before `until` (`Micros::MAX`: to the
+    /// end of the run).
+    fn events_loop(&mut self, until: Micros, progress: &mut dyn FnMut(&Progress)) {
         loop {
             // The earliest of the heap's top, the next arrivals and the store FIFOs' fronts,
             // ties by sequence.
@@ -785,8 +795,9 @@ impl<'a> Sim<'a> {
                     best = Some((e.at, e.seq, Source::Exec(r)));
                 }
             }
-            let Some((at, _, from)) = best else {
-                if self.shipping.is_empty() {
+            let Some((at, _, from)) = best.filter(|(at, _, _)| *at <= until) else {
+                // Nothing more is due: shipments whose deliveries could be are sent first.
+                if self.shipping.is_empty() || (best.is_some() && self.shipping_due > until) {
                     break;
                 }
                 self.send_shipments();
@@ -815,7 +826,11 @@ impl<'a> Sim<'a> {
             match from {
                 Source::Exec(r) => {
                     if let Some(e) = self.execs[r].pop_front() {
-                        self.exec(e.p);
+                        let given = e.p.src.is_none();
+                        let decision = self.exec(e.p);
+                        if given {
+                            self.decided = decision;
+                        }
                     }
                     continue;
                 }
@@ -839,7 +854,7 @@ impl<'a> Sim<'a> {
                     daemon,
                     epoch,
                     msg,
-                } => self.deliver(region, daemon, epoch, &msg),
+                } => self.deliver_to(region, daemon, epoch, &msg),
                 Ev::Scenario(i) => self.scenario_event(i),
                 Ev::Sweep {
                     region,
@@ -848,11 +863,6 @@ impl<'a> Sim<'a> {
                 } => self.sweep(region, daemon, epoch),
             }
         }
-        progress(&Progress {
-            now: self.sc.duration,
-            duration: self.sc.duration,
-            requests: self.metrics.requests,
-        });
     }
 
     fn arrival(&mut self, g: usize) {
@@ -869,34 +879,11 @@ impl<'a> Sim<'a> {
             None => self.metrics.no_region += 1,
             Some((r, d, k)) => {
                 let cost = tg.cfg.cost;
-                let region = &mut self.regions[r];
-                let remote = &region.daemons[view(sc, d)].remote;
+                let remote = &self.regions[r].daemons[view(sc, d)].remote;
                 let p = plan(domain, tg.descriptors(k), t, cost, &request_id, |a| {
                     remote.remote_for(&a.key, &a.params, t)
                 });
-                if p.calls.is_empty() {
-                    // No rule applies: allowed without a store call.
-                    self.metrics.requests += 1;
-                    self.metrics.admitted += 1;
-                } else {
-                    let lat = sc.store.latency.sample(&mut region.latency_rng);
-                    let at = (t + lat).max(region.last_exec);
-                    region.last_exec = at;
-                    self.seq += 1;
-                    self.execs[r].push_back(Exec {
-                        at,
-                        seq: self.seq,
-                        p: Pending {
-                            region: r,
-                            daemon: d,
-                            traffic: g as u32,
-                            key: k as u32,
-                            now: t,
-                            cost,
-                            plan: p,
-                        },
-                    });
-                }
+                self.queue(r, d, Some((g as u32, k as u32)), t, cost, p);
             }
         }
         if let Some(next) = self.gens[g].next_at()
@@ -904,6 +891,102 @@ impl<'a> Sim<'a> {
         {
             self.seq += 1;
             self.arrivals[g] = Some((next, self.seq));
+        }
+    }
+
+    /// Queues a request planned at `t` on daemon `d` of region `r`: its store calls execute
+    /// `latency` later, in arrival order per region. `None` when no rule applies: allowed
+    /// without a store call.
+    fn queue(
+        &mut self,
+        r: usize,
+        d: usize,
+        src: Option<(u32, u32)>,
+        t: Micros,
+        cost: u64,
+        p: Plan<'a>,
+    ) -> Option<Micros> {
+        if p.calls.is_empty() {
+            self.metrics.requests += 1;
+            self.metrics.admitted += 1;
+            return None;
+        }
+        let region = &mut self.regions[r];
+        let lat = self.sc.store.latency.sample(&mut region.latency_rng);
+        let at = (t + lat).max(region.last_exec);
+        region.last_exec = at;
+        self.seq += 1;
+        self.execs[r].push_back(Exec {
+            at,
+            seq: self.seq,
+            p: Pending {
+                region: r,
+                daemon: d,
+                src,
+                now: t,
+                cost,
+                plan: p,
+            },
+        });
+        Some(at)
+    }
+
+    /// Runs every event due at or before `until` (timers, deliveries, scenario events, store
+    /// calls, the generators' arrivals), and moves the clock to `until`.
+    ///
+    /// With [`Sim::decide`] and [`Sim::deliver`], a caller drives the daemons' path with a
+    /// sequence of its own (a differential test holds it to the daemon's engine this way).
+    /// Driven by hand, a run has no observer thread: the shippers' tables stay empty, so the
+    /// daemons' own shipments carry nothing and remote figures come only from
+    /// [`Sim::deliver`]; the report is not built.
+    pub fn advance(&mut self, until: Micros) {
+        self.events_loop(until, &mut |_| {});
+        self.now = self.now.max(until);
+    }
+
+    /// Decides one request on daemon `d` of region `r` at `at`, as an arrival there is:
+    /// planned on the daemon's view of the other regions, its store calls through the
+    /// daemon's hot-key layer and store guard to the region's store after the scenario's
+    /// latency (the events due meanwhile run first), then decided by the core. `None` when
+    /// the request was lost (the region or the daemon is down).
+    pub fn decide(
+        &mut self,
+        r: usize,
+        d: usize,
+        at: Micros,
+        descriptors: &Descriptors,
+        cost: u64,
+    ) -> Option<Decision> {
+        self.advance(at);
+        if !self.regions[r].up || !self.live[r][d] {
+            return None;
+        }
+        let request_id = (self.seq + 1).to_string();
+        let remote = &self.regions[r].daemons[view(self.sc, d)].remote;
+        let p = plan(self.domain, descriptors, at, cost, &request_id, |a| {
+            remote.remote_for(&a.key, &a.params, at)
+        });
+        let unlimited = p.calls.is_empty().then(|| p.decide(RULES_VERSION, &[]));
+        let exec_at = match self.queue(r, d, None, at, cost, p) {
+            Some(exec_at) => exec_at,
+            None => return unlimited,
+        };
+        self.decided = None;
+        self.advance(exec_at);
+        self.decided.take()
+    }
+
+    /// Delivers a shipment of region `from` to region `r`'s daemons at `at`, as a gossip
+    /// message arriving then (the events due before it run first): merged into each
+    /// daemon's view unless the link is cut or the region down.
+    pub fn deliver(&mut self, r: usize, from: usize, at: Micros, entries: Vec<ShipEntry>) {
+        self.advance(at);
+        let msg = Msg { from, entries };
+        for d in 0..self.sc.daemons {
+            if view(self.sc, d) == d {
+                let epoch = self.regions[r].daemons[d].epoch;
+                self.deliver_to(r, d, epoch, &msg);
+            }
         }
     }
 
@@ -926,12 +1009,12 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn exec(&mut self, p: Pending<'a>) {
+    /// Executes a request's store calls and decides it; `None` when it was lost in flight.
+    fn exec(&mut self, p: Pending<'a>) -> Option<Decision> {
         let Pending {
             region: r,
             daemon: d,
-            traffic,
-            key,
+            src,
             now,
             cost,
             plan,
@@ -939,7 +1022,7 @@ impl<'a> Sim<'a> {
         let sim_now = self.now;
         if !self.regions[r].up || !self.regions[r].daemons[d].up {
             self.metrics.failed_in_flight += 1;
-            return;
+            return None;
         }
         self.metrics.requests += 1;
         self.replicate(r, sim_now);
@@ -1016,8 +1099,9 @@ impl<'a> Sim<'a> {
             }
         }
         let decision = plan.decide(RULES_VERSION, &answers);
-        self.measure(r, (traffic, key), now, cost, &plan, &decision);
+        self.measure(r, src, now, cost, &plan, &decision);
         self.observe(r, d, now, &plan, &answers);
+        Some(decision)
     }
 
     /// The index of a rule of the domain, from its address (the plan borrows the domain's
@@ -1040,11 +1124,11 @@ impl<'a> Sim<'a> {
     fn measure(
         &mut self,
         r: usize,
-        (traffic, key): (u32, u32),
+        src: Option<(u32, u32)>,
         now: Micros,
         cost: u64,
         plan: &Plan<'a>,
-        decision: &sluice_core::decision::Decision,
+        decision: &Decision,
     ) {
         let mut m = Measured {
             region: r as u8,
@@ -1071,7 +1155,11 @@ impl<'a> Sim<'a> {
             // The counter a (traffic, key, rule, region) reaches never changes: look it up
             // by numbers instead of hashing the store key.
             let tag = (ri * 65 + region.map_or(0, |r| r + 1)) as u32;
-            let cached = self.gens[traffic as usize].truth(key as usize);
+            let mut uncached = SmallVec::new();
+            let cached = match src {
+                Some((traffic, key)) => self.gens[traffic as usize].truth(key as usize),
+                None => &mut uncached,
+            };
             let id = match cached.iter().find(|(t, _)| *t == tag) {
                 Some(&(_, id)) => id,
                 None => {
@@ -1410,7 +1498,7 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn deliver(&mut self, r: usize, d: usize, epoch: u32, msg: &Msg) {
+    fn deliver_to(&mut self, r: usize, d: usize, epoch: u32, msg: &Msg) {
         let now = self.now;
         let sc = self.sc;
         // Every daemon that reads the table this delivery merges into.
