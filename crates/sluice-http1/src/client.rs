@@ -463,8 +463,13 @@ mod tests {
         assert!(parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nab").is_err());
     }
 
+    /// The socket tests one at a time: the refused-connection test frees a port the kernel
+    /// may hand to the other's listener at once (CI saw it connect to that server).
+    static SOCKETS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn round_trip_against_a_local_server() {
+        let _one = SOCKETS.lock().unwrap_or_else(|p| p.into_inner());
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let server = std::thread::spawn(move || -> std::io::Result<String> {
@@ -510,6 +515,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_request_and_line_breaks_are_refused() {
+        let _one = SOCKETS.lock().unwrap_or_else(|p| p.into_inner());
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         drop(listener);
