@@ -1,5 +1,6 @@
 //! Prometheus text metrics without a metrics crate: a handful of atomics, rendered on
-//! `GET /metrics`. The hot path only increments atomics; a write lock is taken once per rule
+//! `GET /metrics`. The hot path only increments atomics (a latency observation adds to one
+//! bucket; the cumulative figures are summed on render); a write lock is taken once per rule
 //! id ever seen.
 
 use std::collections::BTreeMap;
@@ -12,7 +13,9 @@ const BUCKETS: [f64; 12] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
 ];
 
-/// A cumulative histogram in Prometheus' shape.
+/// A histogram rendered in Prometheus' cumulative shape. Each bucket counts only the
+/// observations that fall in it (an observation is one atomic add, not one per bucket above
+/// it); [`Histogram::render`] sums them into the cumulative `le` series.
 #[derive(Debug, Default)]
 pub struct Histogram {
     counts: [AtomicU64; BUCKETS.len()],
@@ -23,10 +26,9 @@ pub struct Histogram {
 impl Histogram {
     /// Records one observation.
     pub fn observe(&self, secs: f64) {
-        for (b, c) in BUCKETS.iter().zip(&self.counts) {
-            if secs <= *b {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
+        // Above the last bound (or NaN): only in `+Inf`, which is the count.
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_ns
@@ -35,14 +37,14 @@ impl Histogram {
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
         for (b, c) in BUCKETS.iter().zip(&self.counts) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}",
-                c.load(Ordering::Relaxed)
-            );
+            cumulative += c.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
         }
-        let n = self.count.load(Ordering::Relaxed);
+        // An observation under way may be in its bucket and not yet in the count: `+Inf`
+        // never falls below the buckets.
+        let n = self.count.load(Ordering::Relaxed).max(cumulative);
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {n}");
         let lb = if labels.is_empty() {
             String::new()
@@ -246,5 +248,39 @@ mod tests {
         assert!(t.contains("sluice_check_duration_seconds_bucket{le=\"0.00025\"} 0"));
         assert!(t.contains("sluice_check_duration_seconds_count 1"));
         assert!(t.contains("sluice_rules_version 7"));
+    }
+
+    #[test]
+    fn histogram_buckets_render_cumulative() {
+        let h = Histogram::default();
+        for secs in [0.00001, 0.00005, 0.0003, 0.003, 0.5, 2.0] {
+            h.observe(secs);
+        }
+        // Each observation is in one bucket only.
+        let stored: Vec<u64> = h.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        assert_eq!(stored, [2, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1]);
+        let mut out = String::new();
+        h.render(&mut out, "h", "");
+        let expected = [
+            ("0.00005", 2),
+            ("0.0001", 2),
+            ("0.00025", 2),
+            ("0.0005", 3),
+            ("0.001", 3),
+            ("0.0025", 3),
+            ("0.005", 4),
+            ("0.01", 4),
+            ("0.025", 4),
+            ("0.05", 4),
+            ("0.1", 4),
+            ("1", 5),
+            ("+Inf", 6),
+        ];
+        let lines: Vec<&str> = out.lines().collect();
+        for (line, (le, n)) in lines.iter().zip(expected) {
+            assert_eq!(*line, format!("h_bucket{{le=\"{le}\"}} {n}"));
+        }
+        assert_eq!(lines[expected.len()], "h_sum 2.50336");
+        assert_eq!(lines[expected.len() + 1], "h_count 6");
     }
 }
