@@ -14,7 +14,7 @@ use futures_util::FutureExt as _;
 use sluice_control::Published;
 use sluice_core::algo::{Kind, MAX_LIMIT};
 use sluice_core::breaker::{BreakerConfig, BreakerState};
-use sluice_core::decision::{Answer, Code, Decision, Via, plan};
+use sluice_core::decision::{Answer, Code, Decision, plan};
 use sluice_core::guard::{Admit, Ended, StoreGuard, Ticket, Transition};
 use sluice_core::matching::{Descriptors, InputError, applicable};
 use sluice_core::{Micros, Remote};
@@ -334,7 +334,7 @@ impl Engine {
         });
         let answers = self.answers(&p, version).await;
         let decision = p.decide(version, &answers);
-        self.count(&dom.name, &decision);
+        self.count(dom, &decision);
         if !decision.shadow_denied.is_empty() {
             log_shadow(&p, &answers);
         }
@@ -451,24 +451,8 @@ impl Engine {
     }
 
     /// Counts a decision's policies in the per-rule metrics of `domain`.
-    pub(crate) fn count(&self, domain: &str, d: &Decision) {
-        for pol in &d.policies {
-            let c = self.metrics.rule(domain, &pol.id);
-            let counter = match (pol.via, pol.allowed) {
-                (Via::FailedOpen, _) => &c.failed_open,
-                (Via::FailedClosed, _) => &c.failed_closed,
-                (Via::Local, _) => &c.local,
-                (Via::Store, true) => &c.allowed,
-                (Via::Store, false) => &c.over_limit,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        for id in &d.shadow_denied {
-            self.metrics
-                .rule(domain, id)
-                .shadow_denied
-                .fetch_add(1, Ordering::Relaxed);
-        }
+    pub(crate) fn count(&self, domain: &sluice_core::rules::Domain, d: &Decision) {
+        self.metrics.count(&self.rules, domain, d);
     }
 
     /// Frees the concurrency slots `request_id` holds under the request's rules.

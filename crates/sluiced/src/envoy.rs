@@ -264,7 +264,7 @@ impl RateLimitService {
         // The store calls go the way a rule's do: breaker, deadline, metrics, fallback.
         let answers = self.engine.answers(&p, rules.version).await;
         let decision = p.decide(rules.version, &answers);
-        self.engine.count(domain, &decision);
+        self.engine.count(&synthetic, &decision);
         self.engine.decided(started, &decision);
         Ok(decision)
     }

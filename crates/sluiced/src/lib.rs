@@ -145,6 +145,12 @@ pub async fn run(
         engine.usage = Some(r.clone());
     }
     let engine = Arc::new(engine);
+    // Per-rule counters, resolved on every publish: the hot path finds them without a lock.
+    let counters = {
+        let engine = engine.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { engine.metrics.follow(&engine.rules, stop).await })
+    };
     // Replays the quota journal once the store answers again, and fsyncs it.
     let replayer = {
         let engine = engine.clone();
@@ -269,6 +275,7 @@ pub async fn run(
         let _ = tokio::time::timeout(Duration::from_millis(cfg.drain_timeout_ms), a).await;
     }
     let _ = sweeper.await;
+    let _ = counters.await;
     let _ = replayer.await;
     let _ = give_back.await;
     // In-flight checks have drained: every lease's unspent units go back.
