@@ -7,9 +7,8 @@
 //!
 //! It is not driven directly: [`crate::guard::StoreGuard`] holds one per store shard and adds
 //! what a call's ending counts as and what the shell does on a transition. The daemon drives
-//! the guards with a monotonic clock (a wall clock stepped back would stretch the cool-off).
-//! The simulator does not run a breaker yet: its store is up or down as the scenario says,
-//! and every call during an outage reaches it and fails.
+//! the guards with a monotonic clock (a wall clock stepped back would stretch the cool-off),
+//! the simulator on virtual time.
 //!
 //! A call let through holds a [`Permit`] until it reports with [`Breaker::finish`]; a call
 //! that never reports (its caller cancelled it mid-await) gives the permit back with

@@ -20,8 +20,9 @@
 //! shared by every rule would let one rule's bad key refuse every other rule's callers.
 //!
 //! The daemon (`sluiced`'s engine) drives it with its monotonic clock and only runs the I/O:
-//! the store call under its deadline, the local bucket, the journal write. The simulator does
-//! not call it yet: its store is up or down by the scenario, with no breaker in between.
+//! the store call under its deadline, the local bucket, the journal write. The simulator
+//! drives one per simulated daemon on virtual time (a region's store is one shard), and
+//! counts what [`journaled`] selects instead of journaling it.
 
 use crate::algo::{Params, Window};
 use crate::batch::{Call, CallResult};

@@ -3,9 +3,11 @@
 //!
 //! Per request: `sluice_core::decision::plan` (matching, one call per identity, the remote
 //! figure from this daemon's `sluice_core::merge::RemoteCounts`), each call through the
-//! daemon's `sluice_core::hotkeys::Layer::call_sync` (answered by the layer, or by the
-//! region's `sluice_store::MemoryStore::check_sync`, or by a daemon's local bucket when the
-//! store is out, through `Plan::fallback`), then `Plan::decide`. Every `lease::SWEEP` a
+//! daemon's `sluice_core::hotkeys::Layer::call_sync` (answered by the layer, or sent through
+//! the daemon's `sluice_core::guard::StoreGuard` to the region's
+//! `sluice_store::MemoryStore::check_sync`; a failed or refused call is answered by
+//! `guard::answer` on the daemon's local buckets), then `Plan::decide` and
+//! `guard::journaled`. Every `lease::SWEEP` a
 //! daemon's layer sweeps, and its give-backs go to the store (`give_back_sync`). The decision's outcomes feed the
 //! daemon's `sluice_core::ship::LocalUsage`, which every ship interval selects what to send;
 //! receivers merge it into their `RemoteCounts`. Nothing here decides anything itself: it
@@ -42,8 +44,9 @@ use crate::rng::Rng;
 use crate::scenario::{Delivery, Event, Scenario, Shippers};
 use crate::traffic::Generator;
 use sluice_core::Micros;
-use sluice_core::batch::{Call, GiveBack};
+use sluice_core::batch::{Call, CallResult, GiveBack};
 use sluice_core::decision::{Answer, Code, Decision, Plan, Via, plan};
+use sluice_core::guard::{Admit, Ended, StoreGuard, Transition};
 use sluice_core::hash::InlineKey;
 use sluice_core::hotkeys::gate::SyncCall;
 use sluice_core::hotkeys::{CallPolicy, Layer, lease};
@@ -73,6 +76,9 @@ pub struct Progress {
 struct Daemon {
     remote: RemoteCounts,
     local: MemoryStore,
+    /// Its store guard, as the daemon's engine keeps one per store shard (a region's store
+    /// is one shard): the breaker, what a call's ending counts as, when `local` goes.
+    guard: StoreGuard,
     /// The hot-key layer every store call of the daemon goes through.
     hot: Layer,
     /// Incarnation: bumped when the daemon restarts (messages to an older one are dropped).
@@ -658,6 +664,7 @@ impl<'a> Sim<'a> {
             .map(|_| Daemon {
                 remote: RemoteCounts::new(name, sc.gossip.max_keys, store_seed(self.seed)),
                 local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
+                guard: StoreGuard::for_store(sc.store.breaker, true),
                 hot: Layer::new(DENY_ENTRIES, LEASES),
                 epoch: old_epoch + 1,
                 timer: 0,
@@ -1041,27 +1048,27 @@ impl<'a> Sim<'a> {
                 daemons,
                 ..
             } = &mut self.regions[r];
-            let daemon = &mut daemons[d];
-            let before = daemon.hot.stats();
-            let mut calls = 0;
+            let Daemon {
+                hot, guard, local, ..
+            } = &mut daemons[d];
+            let before = hot.stats();
+            let (mut calls, mut g) = (0, GuardCounts::default());
             // Through the hot-key layer, as the daemon does: it answers the call itself, or
-            // sends it as planned or as a lease call, each one reaching the store here.
-            let res = daemon
-                .hot
-                .call_sync(pc, CallPolicy::of(&plan, i), RULES_VERSION, |call| {
-                    calls += 1;
-                    if !store_ok {
-                        return None;
-                    }
-                    let res = store.check_sync(call).ok()?;
-                    if let Some(rep) = replica {
-                        rep.queue
-                            .push_back((sim_now + rep.lag, Write::Check(call.clone())));
-                    }
-                    Some(res)
-                });
-            let after = daemon.hot.stats();
+            // sends it as planned or as a lease call, each one through the daemon's store
+            // guard to the store here.
+            let res = hot.call_sync(pc, CallPolicy::of(&plan, i), RULES_VERSION, |call| {
+                let sent = guarded(guard, local, sim_now, store_ok.then_some(&*store), call);
+                calls += u64::from(g.count(&sent));
+                let res = sent.res.flatten();
+                if let (Some(rep), Some(_)) = (replica.as_mut(), &res) {
+                    rep.queue
+                        .push_back((sim_now + rep.lag, Write::Check(call.clone())));
+                }
+                res
+            });
+            let after = hot.stats();
             self.metrics.store_calls += calls;
+            g.add_to(&mut self.metrics);
             let sec = (now / SECOND) as usize;
             for ri in rules {
                 let per_s = &mut self.metrics.calls_per_s[ri];
@@ -1087,18 +1094,16 @@ impl<'a> Sim<'a> {
                 h.gate_refused += after.gate_refused - before.gate_refused;
                 h.gate_to_store += after.gate_to_store - before.gate_to_store;
             }
-            match res {
-                Some(result) => answers.push(Answer::Done(result)),
-                None => {
-                    self.metrics.store_failures += 1;
-                    let local = plan
-                        .fallback(i, permille)
-                        .and_then(|c| daemon.local.check_sync(&c).ok());
-                    answers.push(Answer::Failed { local });
-                }
-            }
+            self.metrics.store_failures += u64::from(res.is_none());
+            answers.push(sluice_core::guard::answer(&plan, i, res, permille, |c| {
+                local.check_sync(c).ok()
+            }));
         }
         let decision = plan.decide(RULES_VERSION, &answers);
+        // The daemon journals these and replays them into the store once it answers again;
+        // the simulator counts them.
+        self.metrics.journaled +=
+            sluice_core::guard::journaled(&plan, &answers, &decision, cost).count() as u64;
         self.measure(r, src, now, cost, &plan, &decision);
         self.observe(r, d, now, &plan, &answers);
         Some(decision)
@@ -1261,23 +1266,31 @@ impl<'a> Sim<'a> {
         let sec = (now / SECOND) as usize;
         for s in syncs {
             let region = &mut self.regions[r];
-            let res = if store_ok {
-                region.store.check_sync(&s.call).ok()
-            } else {
-                None
-            };
+            let daemon = &mut region.daemons[d];
+            // A sync is a store call of the daemon's like any other: through its guard.
+            let guarded = guarded(
+                &mut daemon.guard,
+                &daemon.local,
+                now,
+                store_ok.then_some(&region.store),
+                &s.call,
+            );
+            let mut g = GuardCounts::default();
+            let sent = u64::from(g.count(&guarded));
+            g.add_to(&mut self.metrics);
+            let res = guarded.res.flatten();
             if res.is_some()
                 && let Some(rep) = &mut region.replica
             {
                 rep.queue
                     .push_back((now + rep.lag, Write::Check(s.call.clone())));
             }
-            self.metrics.store_calls += 1;
+            self.metrics.store_calls += sent;
             let answered = res.is_some();
             let took = self.regions[r].daemons[d].hot.synced(&s, res, now);
             for ri in self.rules_of(&s.call) {
                 let h = &mut self.metrics.hot[ri];
-                h.store_calls += 1;
+                h.store_calls += sent;
                 if answered {
                     h.sync_calls += 1;
                     h.synced_units += took;
@@ -1288,7 +1301,7 @@ impl<'a> Sim<'a> {
                 if per_s.len() <= sec {
                     per_s.resize(sec + 1, (0, 0));
                 }
-                per_s[sec].1 += 1;
+                per_s[sec].1 += sent;
             }
         }
     }
@@ -1719,6 +1732,74 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+    }
+}
+
+/// What one store call through a daemon's guard came to.
+struct Guarded {
+    /// `None`: the breaker refused it, nothing reached the store; else the store's answer
+    /// (`None`: it failed).
+    res: Option<Option<CallResult>>,
+    /// The breaker opened on its ending.
+    opened: bool,
+}
+
+/// The guards' counters of some calls, for the run's totals.
+#[derive(Default)]
+struct GuardCounts {
+    refused: u64,
+    opened: u64,
+}
+
+impl GuardCounts {
+    /// Counts one call; whether it reached the store.
+    fn count(&mut self, g: &Guarded) -> bool {
+        self.refused += u64::from(g.res.is_none());
+        self.opened += u64::from(g.opened);
+        g.res.is_some()
+    }
+
+    fn add_to(&self, m: &mut Metrics) {
+        m.breaker_refused += self.refused;
+        m.breaker_opened += self.opened;
+    }
+}
+
+/// One store call of a daemon through its guard, as the daemon's engine makes it
+/// (`sluiced`'s `call_store`): refused while the breaker is open (nothing reaches the
+/// store); otherwise sent to `store` (`None` while the store is out: the call fails as an
+/// outage), its ending told to the guard, and the daemon's local buckets dropped when the
+/// breaker closes (the region's store is one shard: they are all its).
+fn guarded(
+    guard: &mut StoreGuard,
+    local: &MemoryStore,
+    now: Micros,
+    store: Option<&MemoryStore>,
+    call: &Call,
+) -> Guarded {
+    let Admit::Send(ticket) = guard.admit(now) else {
+        return Guarded {
+            res: None,
+            opened: false,
+        };
+    };
+    let (res, ended) = match store.map(|s| s.check_sync(call)) {
+        Some(Ok(r)) => (Some(r), Ended::Answered),
+        Some(Err(e)) => (
+            None,
+            Ended::Failed {
+                outage: e.is_outage(),
+            },
+        ),
+        None => (None, Ended::Failed { outage: true }),
+    };
+    let transition = guard.finish(now, ticket, ended);
+    if transition == Some(Transition::Closed) {
+        local.retain_keys(|_| false);
+    }
+    Guarded {
+        res: Some(res),
+        opened: transition == Some(Transition::Opened),
     }
 }
 

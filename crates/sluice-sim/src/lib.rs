@@ -7,8 +7,9 @@
 //! (`sluice_store::MemoryStore::check_sync`, one store per region shared by its daemons, as
 //! they share a Redis), the merge of remote counts (`sluice_core::merge`), the busy-key
 //! selection of the shipper (`sluice_core::ship`) and the hot-key layer in front of the store
-//! (`sluice_core::hotkeys::Layer`, one per daemon: deny cache, leases, give-backs). Only time,
-//! the network and the stores' latency and failures are modelled.
+//! (`sluice_core::hotkeys::Layer`, one per daemon: deny cache, leases, give-backs) and the
+//! store guard around each store call (`sluice_core::guard`: the breaker, the local
+//! fallback). Only time, the network and the stores' latency and failures are modelled.
 //!
 //! # Layout
 //!

@@ -237,8 +237,16 @@ pub struct Metrics {
     /// Store calls that reached the store (as planned, or lease calls), failed ones
     /// included; the hot-key layer answers the others itself.
     pub store_calls: u64,
-    /// Store calls that failed (outage).
+    /// Store calls answered as failed: the store out, or refused by the daemon's breaker.
     pub store_failures: u64,
+    /// Store calls the daemons' breakers refused, sync calls included (not sent: not in
+    /// `store_calls`).
+    pub breaker_refused: u64,
+    /// Times a daemon's breaker opened.
+    pub breaker_opened: u64,
+    /// Admissions the daemons journal (`guard::journaled`: quota-sized fixed windows whose
+    /// store call failed). The simulator keeps no journal: they are counted, not replayed.
+    pub journaled: u64,
     /// Rules answered by a daemon's local bucket.
     pub local_answers: u64,
     /// Store calls lost in failovers.
@@ -415,6 +423,9 @@ impl Metrics {
             no_region: 0,
             store_calls: 0,
             store_failures: 0,
+            breaker_refused: 0,
+            breaker_opened: 0,
+            journaled: 0,
             local_answers: 0,
             lost_writes: 0,
             hot: vec![HotRule::default(); rules],
@@ -494,6 +505,9 @@ impl Metrics {
         self.no_region += o.no_region;
         self.store_calls += o.store_calls;
         self.store_failures += o.store_failures;
+        self.breaker_refused += o.breaker_refused;
+        self.breaker_opened += o.breaker_opened;
+        self.journaled += o.journaled;
         self.local_answers += o.local_answers;
         self.lost_writes += o.lost_writes;
         for (a, b) in self.hot.iter_mut().zip(&o.hot) {

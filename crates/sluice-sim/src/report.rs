@@ -248,8 +248,15 @@ pub struct Report {
     /// Store calls per decided request (what reached the store: the hot-key layer answers
     /// the rest).
     pub store_calls_per_request: f64,
-    /// Store calls that failed.
+    /// Store calls answered as failed (the store out, or refused by a daemon's breaker).
     pub store_failures: u64,
+    /// Store calls the daemons' breakers refused (not sent), sync calls included.
+    pub breaker_refused: u64,
+    /// Times a daemon's breaker opened.
+    pub breaker_opened: u64,
+    /// Admissions a daemon journals (quota windows decided while their store call failed);
+    /// counted, not replayed.
+    pub journaled: u64,
     /// Rule verdicts from a daemon's local bucket.
     pub local_answers: u64,
     /// Store calls lost in failovers.
@@ -449,6 +456,9 @@ pub fn build(
             m.store_calls as f64 / m.requests as f64
         },
         store_failures: m.store_failures,
+        breaker_refused: m.breaker_refused,
+        breaker_opened: m.breaker_opened,
+        journaled: m.journaled,
         local_answers: m.local_answers,
         lost_writes: m.lost_writes,
         hot_keys: HotKeysReport {
@@ -781,10 +791,13 @@ pub fn table(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "store: {:.2} calls/request · {} failed calls · {} local-bucket verdicts · {} calls lost in failovers",
+        "store: {:.2} calls/request · {} failed calls · {} calls refused by breakers (opened {} times) · {} local-bucket verdicts · {} admissions journaled · {} calls lost in failovers",
         r.store_calls_per_request,
         thousands(r.store_failures),
+        thousands(r.breaker_refused),
+        thousands(r.breaker_opened),
         thousands(r.local_answers),
+        thousands(r.journaled),
         thousands(r.lost_writes),
     );
     let _ = writeln!(

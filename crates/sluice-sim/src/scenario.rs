@@ -11,6 +11,7 @@
 use serde::Deserialize;
 use sluice_core::Micros;
 use sluice_core::algo::Kind;
+use sluice_core::breaker::BreakerConfig;
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::{Domain, from_values};
 use sluice_core::ship::Budget;
@@ -154,6 +155,19 @@ pub struct StoreFile {
     /// Key bound of each region's store.
     #[serde(default = "default_store_keys")]
     pub max_keys: u64,
+    /// Each daemon's store breaker opens above this percentage of failed calls (the
+    /// daemon's `breaker_failure_pct`).
+    #[serde(default)]
+    pub breaker_failure_pct: Option<u64>,
+    /// The breaker's window (the daemon's `breaker_window_ms`).
+    #[serde(default)]
+    pub breaker_window_ms: Option<u64>,
+    /// Fewer calls in the window never open it (the daemon's `breaker_min_calls`).
+    #[serde(default)]
+    pub breaker_min_calls: Option<u64>,
+    /// Time open before probing (the daemon's `breaker_cool_off_ms`).
+    #[serde(default)]
+    pub breaker_cool_off_ms: Option<u64>,
 }
 
 impl Default for StoreFile {
@@ -162,6 +176,10 @@ impl Default for StoreFile {
             latency_ms: default_store_latency(),
             local_permille: None,
             max_keys: default_store_keys(),
+            breaker_failure_pct: None,
+            breaker_window_ms: None,
+            breaker_min_calls: None,
+            breaker_cool_off_ms: None,
         }
     }
 }
@@ -601,6 +619,8 @@ pub struct StoreCfg {
     pub local_permille: u64,
     /// Key bound.
     pub max_keys: usize,
+    /// Each daemon's store breaker, as the daemon's config gives it.
+    pub breaker: BreakerConfig,
 }
 
 /// `[gossip]`, checked.
@@ -1025,10 +1045,39 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
     if f.store.max_keys == 0 {
         return Err(invalid("store.max_keys", "must be greater than zero"));
     }
+    let d = BreakerConfig::default();
+    let breaker = BreakerConfig {
+        failure_pct: f.store.breaker_failure_pct.unwrap_or(d.failure_pct),
+        window: f
+            .store
+            .breaker_window_ms
+            .map_or(d.window, |v| v.saturating_mul(MILLI)),
+        min_calls: f.store.breaker_min_calls.unwrap_or(d.min_calls),
+        cool_off: f
+            .store
+            .breaker_cool_off_ms
+            .map_or(d.cool_off, |v| v.saturating_mul(MILLI)),
+        probes: d.probes,
+    };
+    if !(1..=100).contains(&breaker.failure_pct) {
+        return Err(invalid(
+            "store.breaker_failure_pct",
+            format!("must be from 1 to 100, got {}", breaker.failure_pct),
+        ));
+    }
+    for (field, v) in [
+        ("store.breaker_window_ms", breaker.window),
+        ("store.breaker_cool_off_ms", breaker.cool_off),
+    ] {
+        if v == 0 {
+            return Err(invalid(field, "must be greater than zero"));
+        }
+    }
     let store = StoreCfg {
         latency: dist("store.latency_ms", &f.store.latency_ms)?,
         local_permille,
         max_keys: f.store.max_keys as usize,
+        breaker,
     };
 
     // [gossip]
