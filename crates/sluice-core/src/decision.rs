@@ -503,15 +503,7 @@ rules:
   - { id: strict, key: [tenant], algorithm: fixed_window, limit: 5, window: 1m, on_store_failure: closed }
 "#;
 
-    fn desc(pairs: &[(&str, &str)]) -> Descriptors {
-        Descriptors::new(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-        .expect("valid")
-    }
+    use crate::matching::desc;
 
     /// Runs a plan against in-process states, as a store would.
     fn run(plan: &Plan<'_>, states: &mut std::collections::HashMap<String, State>) -> Vec<Answer> {

@@ -295,20 +295,23 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
     out
 }
 
+/// Descriptors from `(key, value)` pairs that must be valid: how the crate's tests build a
+/// request.
+#[cfg(test)]
+pub(crate) fn desc(pairs: &[(&str, &str)]) -> Descriptors {
+    Descriptors::new(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+    .expect("valid descriptors")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rules::parse_yaml;
-
-    fn desc(pairs: &[(&str, &str)]) -> Descriptors {
-        Descriptors::new(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-        .expect("valid descriptors")
-    }
 
     fn ids(a: &[Applied<'_>]) -> Vec<String> {
         a.iter().map(|x| x.rule.id.to_string()).collect()

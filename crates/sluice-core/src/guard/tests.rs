@@ -2,7 +2,6 @@ use super::*;
 use crate::Remote;
 use crate::batch::apply;
 use crate::decision::{Code, Via, plan};
-use crate::matching::Descriptors;
 use crate::rules::parse_yaml;
 use crate::time::MILLI;
 use proptest::prelude::*;
@@ -167,15 +166,7 @@ rules:
   - { id: strict, key: [user], algorithm: fixed_window, limit: 5, window: 1d, on_store_failure: closed }
 "#;
 
-fn desc(pairs: &[(&str, &str)]) -> Descriptors {
-    Descriptors::new(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
-    .expect("valid")
-}
+use crate::matching::desc;
 
 /// Runs a call on fresh state, as a store (or a local bucket) would.
 fn fresh(c: &Call) -> CallResult {

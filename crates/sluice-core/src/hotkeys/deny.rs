@@ -56,6 +56,16 @@ impl Shape {
         )
     }
 
+    /// Whether `call` has the same store keys, whatever its numbers and enforce flags.
+    pub(super) fn same_keys(&self, call: &Call) -> bool {
+        self.0.len() == call.items.len()
+            && self
+                .0
+                .iter()
+                .zip(&call.items)
+                .all(|((k, _, _), it)| *k == it.key)
+    }
+
     pub(super) fn matches(&self, call: &Call) -> bool {
         self.0.len() == call.items.len()
             && self

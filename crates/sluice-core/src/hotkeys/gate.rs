@@ -324,13 +324,7 @@ impl Gates {
                 // Same hash, other numbers (a rule change, an override) or other keys. On the
                 // same keys the new gate takes the pending units: they count against the
                 // key's new budget at once and go with its syncs. Other keys' go to them.
-                let same_keys = e.shape.0.len() == call.items.len()
-                    && e.shape
-                        .0
-                        .iter()
-                        .zip(&call.items)
-                        .all(|((k, _, _), i)| *k == i.key);
-                let carried = if same_keys {
+                let carried = if e.shape.same_keys(call) {
                     std::mem::take(&mut e.pending)
                 } else {
                     if let Some(s) = e.take_sync(now) {

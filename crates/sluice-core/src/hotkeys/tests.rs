@@ -5,7 +5,6 @@ use super::*;
 use crate::State;
 use crate::batch::{Write, apply};
 use crate::decision::plan;
-use crate::matching::Descriptors;
 use crate::rules::{RuleSet, parse_yaml};
 use crate::time::MILLI;
 use proptest::prelude::*;
@@ -40,15 +39,7 @@ impl Mem {
     }
 }
 
-pub(super) fn desc(pairs: &[(&str, &str)]) -> Descriptors {
-    Descriptors::new(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
-    .expect("valid")
-}
+pub(super) use crate::matching::desc;
 
 /// One request through `layer` (or straight to the store without one): allowed or not.
 fn check(
