@@ -38,7 +38,7 @@
 //!   With `delivery = "per_region"` a region's daemons get a message at one moment (one draw
 //!   per region), hold the same view, and share one `RemoteCounts`: the first daemon's.
 
-use crate::metrics::{Counter, HealCount, Measured, Metrics, NewTruth, TruthIndex, add_stats};
+use crate::metrics::{Counter, HealCount, Measured, Metrics, NewTruth, TruthIndex};
 use crate::report::{self, Report};
 use crate::rng::Rng;
 use crate::scenario::{Delivery, Event, Scenario, Shippers};
@@ -657,7 +657,7 @@ impl<'a> Sim<'a> {
         // The daemons that stopped keep their counters in the run's totals; their leases and
         // cached refusals went with them (a crash: nothing was given back).
         for d in &self.regions[r].daemons {
-            add_stats(&mut self.metrics.layer, &d.hot.stats());
+            self.metrics.layer += &d.hot.stats();
             self.metrics.gate_lost_units += d.hot.gate_lost();
         }
         self.regions[r].daemons = (0..sc.daemons)
@@ -1388,7 +1388,7 @@ impl<'a> Sim<'a> {
                 }
                 let hot = &self.regions[r].daemons[d].hot;
                 let st = hot.stats();
-                add_stats(&mut self.metrics.layer, &st);
+                self.metrics.layer += &st;
                 self.metrics.gate_lost_units += hot.gate_lost();
             }
         }

@@ -270,28 +270,6 @@ pub struct Metrics {
     pub gate_lost_units: u64,
 }
 
-/// Adds one layer's counters to a sum.
-pub fn add_stats(sum: &mut Stats, s: &Stats) {
-    sum.deny_hits += s.deny_hits;
-    sum.deny_inserts += s.deny_inserts;
-    sum.deny_full += s.deny_full;
-    sum.lease_spent += s.lease_spent;
-    sum.lease_blocked += s.lease_blocked;
-    sum.lease_calls += s.lease_calls;
-    sum.leased_units += s.leased_units;
-    sum.returned_units += s.returned_units;
-    sum.expired_units += s.expired_units;
-    sum.samples += s.samples;
-    sum.sample_skipped += s.sample_skipped;
-    sum.sample_blocked += s.sample_blocked;
-    sum.gate_admitted += s.gate_admitted;
-    sum.gate_refused += s.gate_refused;
-    sum.gate_to_store += s.gate_to_store;
-    sum.sync_calls += s.sync_calls;
-    sum.synced_units += s.synced_units;
-    sum.sync_failures += s.sync_failures;
-}
-
 /// Counter ids by store key: the engine numbers counters as it meets them, so the thread
 /// that keeps the truths learns each one once, with its key and numbers.
 #[derive(Debug)]
@@ -540,7 +518,7 @@ impl Metrics {
                 x.1 += y.1;
             }
         }
-        add_stats(&mut self.layer, &o.layer);
+        self.layer += &o.layer;
         self.give_backs += o.give_backs;
         self.give_backs_moot += o.give_backs_moot;
         self.give_backs_failed += o.give_backs_failed;

@@ -153,26 +153,7 @@ impl HotKeys {
         let (mut deny, mut leases, mut gates) = (0, 0, 0);
         for s in 0..SHARDS {
             let l = self.lock(s);
-            let st = l.stats();
-            t.deny_hits += st.deny_hits;
-            t.deny_inserts += st.deny_inserts;
-            t.deny_full += st.deny_full;
-            t.lease_spent += st.lease_spent;
-            t.lease_blocked += st.lease_blocked;
-            t.lease_calls += st.lease_calls;
-            t.leased_units += st.leased_units;
-            t.returned_units += st.returned_units;
-            t.expired_units += st.expired_units;
-            t.samples += st.samples;
-            t.sample_skipped += st.sample_skipped;
-            t.sample_blocked += st.sample_blocked;
-            t.gate_admitted += st.gate_admitted;
-            t.gate_refused += st.gate_refused;
-            t.gate_to_store += st.gate_to_store;
-            t.sync_calls += st.sync_calls;
-            t.synced_units += st.synced_units;
-            t.sync_carried += st.sync_carried;
-            t.sync_failures += st.sync_failures;
+            t += &l.stats();
             deny += l.deny_entries();
             leases += l.lease_entries();
             gates += l.gate_entries();

@@ -379,6 +379,31 @@ pub struct Stats {
     pub sync_failures: u64,
 }
 
+/// Sums of counters: the daemon adds its shards' layers, the simulator its daemons'.
+impl std::ops::AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, o: &Stats) {
+        self.deny_hits += o.deny_hits;
+        self.deny_inserts += o.deny_inserts;
+        self.deny_full += o.deny_full;
+        self.lease_spent += o.lease_spent;
+        self.lease_blocked += o.lease_blocked;
+        self.lease_calls += o.lease_calls;
+        self.leased_units += o.leased_units;
+        self.returned_units += o.returned_units;
+        self.expired_units += o.expired_units;
+        self.samples += o.samples;
+        self.sample_skipped += o.sample_skipped;
+        self.sample_blocked += o.sample_blocked;
+        self.gate_admitted += o.gate_admitted;
+        self.gate_refused += o.gate_refused;
+        self.gate_to_store += o.gate_to_store;
+        self.sync_calls += o.sync_calls;
+        self.synced_units += o.synced_units;
+        self.sync_carried += o.sync_carried;
+        self.sync_failures += o.sync_failures;
+    }
+}
+
 /// One daemon's hot-key state (or one shard of it).
 #[derive(Debug)]
 pub struct Layer {
