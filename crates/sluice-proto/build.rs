@@ -1,6 +1,6 @@
-//! Generates the gRPC code from proto/ with protoc: `$PROTOC` when set, else the protoc
-//! binary that the protoc-bin-vendored crate ships, so a fresh machine builds without
-//! installing protobuf-compiler.
+//! Generates the gRPC code from proto/. The files are compiled by protox, a protobuf compiler
+//! in Rust, into descriptors that tonic's generator turns into code: a fresh machine on any
+//! platform builds without protoc, and no binary is shipped in a crate.
 //!
 //! The Envoy RLS v3 protos are compiled with the server (sluiced serves them) and the client
 //! (sluice-bench and the tests call them). The few google.protobuf well-known types they use
@@ -24,13 +24,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in &paths {
         println!("cargo:rerun-if-changed={}", p.display());
     }
-    let mut config = prost_build::Config::new();
-    if std::env::var_os("PROTOC").is_none() {
-        config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
-    }
+    let descriptors = protox::compile(&paths[..2], [&root])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_with_config(config, &paths[..2], &[root])?;
+        .compile_fds(descriptors)?;
     Ok(())
 }
