@@ -1,0 +1,217 @@
+//! The command line: global flags, subcommands and their arguments (clap derive). Only
+//! what is typed; what each subcommand does is in its own module.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Operate Sluice's rules: apply, inspect, shadow, roll back, check.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+pub struct Cli {
+    /// Admin API of any daemon (they all write to the same PostgreSQL).
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_SERVER",
+        default_value = "http://127.0.0.1:8082"
+    )]
+    pub server: String,
+    /// PEM CA certificates to verify an https:// server with (default: the system's roots).
+    #[arg(long, global = true, env = "SLUICE_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Output: a table for people, or the server's JSON for scripts.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// Seconds to wait for the server.
+    #[arg(long, global = true, default_value_t = 30)]
+    pub timeout: u64,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned tables and YAML.
+    Table,
+    /// The server's JSON, unchanged.
+    Json,
+    /// Rule-format YAML (for `get` and `export`).
+    Yaml,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Make whole domains equal to a rules file: shows the diff, then applies it as one version.
+    Apply {
+        /// Rules file (one domain per YAML document); `-` reads stdin.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Show the diff only.
+        #[arg(long)]
+        dry_run: bool,
+        /// Apply even if it tightens a rule more than 10×.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List rules, or show one.
+    Get {
+        /// Rule id (omit to list).
+        id: Option<String>,
+        /// Only this domain.
+        #[arg(long)]
+        domain: Option<String>,
+        /// Only rules that can apply to this route (`"POST /v1/login"`).
+        #[arg(long)]
+        route: Option<String>,
+    },
+    /// Delete a rule.
+    Delete {
+        /// Rule id.
+        id: String,
+        /// Domain (needed when the id exists in several).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Put a rule in shadow: evaluated and recorded, never rejecting.
+    Shadow {
+        /// Rule id.
+        id: String,
+        /// Domain (needed when the id exists in several).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Make a rule enforce (reject over its limit).
+    Enforce {
+        /// Rule id.
+        id: String,
+        /// Domain (needed when the id exists in several).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Turn one rule off (not evaluated at all).
+    Off {
+        /// Rule id.
+        id: String,
+        /// Domain (needed when the id exists in several).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Kill switch: every enforcing rule to shadow (undo with `rollback --to` the version before).
+    ShadowAll {
+        /// Only this domain.
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Restore the rules of an earlier version, as a new version.
+    Rollback {
+        /// The version to restore (see `sluicectl history`).
+        #[arg(long = "to")]
+        to: u64,
+        /// Show the diff only.
+        #[arg(long)]
+        dry_run: bool,
+        /// Roll back even if it tightens a rule more than 10×.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Which rules version each daemon serves.
+    Status,
+    /// Every version of one rule, or the latest versions of everything.
+    History {
+        /// Rule id (omit for the change log).
+        id: Option<String>,
+        /// Domain (when the id exists in several).
+        #[arg(long)]
+        domain: Option<String>,
+        /// How many versions.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Print every domain as a rules file (`-o json` for JSON).
+    Export {
+        /// Only this domain.
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Per-identity numbers or exemptions.
+    #[command(subcommand)]
+    Override(OverrideCmd),
+    /// Send one check to a daemon's HTTP API (does count against the limits).
+    Check {
+        /// Rules domain.
+        #[arg(long)]
+        domain: String,
+        /// Descriptors, `name=value`.
+        #[arg(required = true)]
+        descriptors: Vec<String>,
+        /// Units asked for.
+        #[arg(long, default_value_t = 1)]
+        cost: u64,
+        /// The daemon's check API.
+        #[arg(
+            long,
+            env = "SLUICE_CHECK_SERVER",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        check_server: String,
+    },
+    /// Create or upgrade the PostgreSQL schema (idempotent; daemons also do it on start).
+    Migrate {
+        /// PostgreSQL URL, e.g. postgres://sluice@db:5432/sluice.
+        #[arg(long, env = "SLUICE_POSTGRES")]
+        postgres: String,
+    },
+    /// Turn an envoyproxy/ratelimit config into Sluice rules (stdout) and say what could not
+    /// be carried over (stderr). Needs no server. See docs/envoy.md.
+    ImportEnvoy {
+        /// The ratelimit service's YAML config; `-` reads stdin.
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OverrideCmd {
+    /// List overrides.
+    List {
+        /// Only this domain.
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Create or replace an override: `override set pay-burst api_key=k_big --rate-per-s 200 --burst 400`.
+    Set {
+        /// The rule it changes, or `*` (exemption from every rule).
+        rule: String,
+        /// The identity, `name=value` (one or more).
+        #[arg(required = true)]
+        identity: Vec<String>,
+        /// New limit (window and concurrency rules).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// New rate (token bucket, GCRA).
+        #[arg(long)]
+        rate_per_s: Option<u64>,
+        /// New burst (token bucket, GCRA).
+        #[arg(long)]
+        burst: Option<u64>,
+        /// Exempt the identity instead.
+        #[arg(long)]
+        exempt: bool,
+        /// Domain (when the rule id exists in several).
+        #[arg(long)]
+        domain: Option<String>,
+        /// Apply even if it tightens more than 10×.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete an override.
+    Delete {
+        /// The rule, or `*`.
+        rule: String,
+        /// The identity, `name=value` (one or more).
+        #[arg(required = true)]
+        identity: Vec<String>,
+        /// Domain.
+        #[arg(long)]
+        domain: Option<String>,
+    },
+}
