@@ -87,8 +87,10 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub(super) fn need<T>(&mut self, field: &str, v: Option<T>, algorithm: &str) -> Option<T> {
-        if v.is_none()
+    /// Records `is required for {algorithm}` for a field not given, unless a problem with it
+    /// is already recorded (a zero, a mistyped value).
+    pub(super) fn need(&mut self, field: &str, given: bool, algorithm: &str) {
+        if !given
             && !self
                 .problems
                 .iter()
@@ -96,7 +98,6 @@ impl<'a> Fields<'a> {
         {
             self.bad(field, format!("is required for {algorithm}"));
         }
-        v
     }
 
     pub(super) fn span(&mut self, field: &'static str) -> Option<Span> {

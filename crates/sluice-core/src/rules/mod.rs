@@ -6,12 +6,15 @@
 //! whole: the daemon keeps serving its last good set.
 //!
 //! This file holds the types and the entry points; `fields` reads one mapping's fields,
-//! `rule` validates a rule, `overrides` an override.
+//! `rule` validates a rule, `overrides` an override, and `algorithms` is the table of the
+//! numbers each algorithm takes.
 
+mod algorithms;
 mod fields;
 mod overrides;
 mod rule;
 
+pub use algorithms::{ALGORITHM_FIELDS, ALGORITHMS, AlgorithmFields};
 pub(crate) use fields::Fields;
 use overrides::override_;
 use rule::rule;

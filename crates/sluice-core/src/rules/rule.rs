@@ -1,8 +1,9 @@
 //! One rule of the rule format validated into a [`Rule`]: its fields, its algorithm's
 //! numbers and its `hot_keys` block.
 
+use super::algorithms::{ALGORITHM_FIELDS, ALGORITHMS, AlgorithmFields};
 use super::{FailureMode, Fields, HeaderMode, Mode, Problem, Rule, Scope};
-use crate::algo::{Calendar, CalendarUnit, MAX_LIMIT, MAX_LOG_LIMIT, Params, Window};
+use crate::algo::{Calendar, CalendarUnit, Kind, MAX_LIMIT, MAX_LOG_LIMIT, Params, Window};
 use crate::time::{MILLI, SECOND, Span};
 use serde_json::Value;
 use std::sync::Arc;
@@ -96,7 +97,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     let algorithm = f.string("algorithm", true);
     let rate = f.count("rate_per_s", MAX_LIMIT);
     let burst = f.count("burst", MAX_LIMIT);
-    let limit_max = if algorithm.as_deref() == Some("sliding_log") {
+    let limit_max = if algorithm.as_deref() == Some(Kind::SlidingLog.name()) {
         MAX_LOG_LIMIT
     } else {
         MAX_LIMIT
@@ -180,152 +181,36 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
 
     let hot_keys_v = f.take("hot_keys");
 
-    let fixed = |f: &mut Fields<'_>, field: &str, s: Option<Span>| -> Option<u64> {
-        match s? {
-            Span::Fixed(us) => Some(us),
-            Span::Months(_) => {
+    let numbers = Numbers {
+        rate_per_s: rate,
+        burst,
+        limit,
+        window,
+        calendar_tz: tz,
+        timeout,
+    };
+    let params = match algorithm.as_deref() {
+        Some(name) => match AlgorithmFields::by_name(name) {
+            Some(a) => {
+                for &field in ALGORITHM_FIELDS {
+                    if numbers.given(field) && !a.takes(field) {
+                        f.bad(field, format!("does not apply to {name}"));
+                    }
+                }
+                for &field in a.required {
+                    f.need(field, numbers.given(field), name);
+                }
+                params(&mut f, a.kind, numbers)
+            }
+            None => {
+                let names: Vec<&str> = ALGORITHMS.iter().map(|a| a.name()).collect();
                 f.bad(
-                    field,
-                    "months only make sense with calendar_tz on a fixed_window",
+                    "algorithm",
+                    format!("unknown algorithm {name:?}; expected {}", names.join(" | ")),
                 );
                 None
             }
-        }
-    };
-    let unused = |f: &mut Fields<'_>, alg: &str, fields: &[(&str, bool)]| {
-        for (name, present) in fields {
-            if *present {
-                f.bad(name, format!("does not apply to {alg}"));
-            }
-        }
-    };
-    let params = match algorithm.as_deref() {
-        Some(alg @ ("token_bucket" | "gcra")) => {
-            unused(
-                &mut f,
-                alg,
-                &[
-                    ("limit", limit.is_some()),
-                    ("window", window.is_some()),
-                    ("calendar_tz", tz.is_some()),
-                    ("timeout", timeout.is_some()),
-                ],
-            );
-            let rate = f.need("rate_per_s", rate, alg);
-            let burst = f.need("burst", burst, alg);
-            match (rate, burst) {
-                (Some(rate_per_s), Some(burst)) if alg == "gcra" => {
-                    Some(Params::Gcra { rate_per_s, burst })
-                }
-                (Some(rate_per_s), Some(burst)) => Some(Params::TokenBucket { rate_per_s, burst }),
-                _ => None,
-            }
-        }
-        Some(alg @ "fixed_window") => {
-            unused(
-                &mut f,
-                alg,
-                &[
-                    ("rate_per_s", rate.is_some()),
-                    ("burst", burst.is_some()),
-                    ("timeout", timeout.is_some()),
-                ],
-            );
-            let limit = f.need("limit", limit, alg);
-            let window = f.need("window", window, alg);
-            let w = match (window, tz) {
-                (Some(sp), Some(tz)) => {
-                    let unit = match sp {
-                        Span::Fixed(us) if us == 3_600 * SECOND => Some(CalendarUnit::Hour),
-                        Span::Fixed(us) if us == 86_400 * SECOND => Some(CalendarUnit::Day),
-                        Span::Fixed(us) if us == 7 * 86_400 * SECOND => Some(CalendarUnit::Week),
-                        Span::Months(1) => Some(CalendarUnit::Month),
-                        _ => {
-                            f.bad(
-                                "window",
-                                "with calendar_tz the window must be 1h, 1d, 1w or 1mo",
-                            );
-                            None
-                        }
-                    };
-                    match unit.map(|u| (u, Calendar::new(u, &tz))) {
-                        Some((_, Some(c))) => Some(Window::Calendar(c)),
-                        Some((_, None)) => {
-                            f.bad("calendar_tz", format!("unknown IANA time zone {tz:?}"));
-                            None
-                        }
-                        None => None,
-                    }
-                }
-                (sp, None) => fixed(&mut f, "window", sp).map(Window::Epoch),
-                (None, Some(_)) => None,
-            };
-            match (limit, w) {
-                (Some(limit), Some(window)) => Some(Params::FixedWindow { limit, window }),
-                _ => None,
-            }
-        }
-        Some(alg @ ("sliding_window" | "sliding_log")) => {
-            unused(
-                &mut f,
-                alg,
-                &[
-                    ("rate_per_s", rate.is_some()),
-                    ("burst", burst.is_some()),
-                    ("calendar_tz", tz.is_some()),
-                    ("timeout", timeout.is_some()),
-                ],
-            );
-            let limit = f.need("limit", limit, alg);
-            let window = f.need("window", window, alg);
-            let window = fixed(&mut f, "window", window);
-            if let Some(w) = window {
-                if w % MILLI != 0 {
-                    f.bad("window", "must be a whole number of milliseconds");
-                }
-                if let Some(l) = limit
-                    && alg == "sliding_window"
-                    && l.saturating_mul(w / MILLI) > (1 << 51)
-                {
-                    f.bad("limit", "limit × window in ms must stay below 2^51; use a fixed_window for large quotas");
-                }
-            }
-            match (limit, window) {
-                (Some(limit), Some(window)) if alg == "sliding_log" => {
-                    Some(Params::SlidingLog { limit, window })
-                }
-                (Some(limit), Some(window)) => Some(Params::SlidingWindow { limit, window }),
-                _ => None,
-            }
-        }
-        Some(alg @ "concurrency") => {
-            unused(
-                &mut f,
-                alg,
-                &[
-                    ("rate_per_s", rate.is_some()),
-                    ("burst", burst.is_some()),
-                    ("calendar_tz", tz.is_some()),
-                    ("window", window.is_some()),
-                ],
-            );
-            let limit = f.need("limit", limit, alg);
-            let timeout = match timeout {
-                Some(t) => fixed(&mut f, "timeout", Some(t)),
-                None => Some(60 * SECOND),
-            };
-            match (limit, timeout) {
-                (Some(limit), Some(timeout)) => Some(Params::Concurrency { limit, timeout }),
-                _ => None,
-            }
-        }
-        Some(other) => {
-            f.bad(
-                "algorithm",
-                format!("unknown algorithm {other:?}; expected token_bucket | gcra | fixed_window | sliding_window | sliding_log | concurrency"),
-            );
-            None
-        }
+        },
         None => None,
     };
     let hot_keys =
@@ -350,6 +235,124 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         hot_keys: hot_keys?,
         source: v.clone(),
     })
+}
+
+/// A rule's algorithm fields as read, each `None` when absent or already refused.
+struct Numbers {
+    rate_per_s: Option<u64>,
+    burst: Option<u64>,
+    limit: Option<u64>,
+    window: Option<Span>,
+    calendar_tz: Option<String>,
+    timeout: Option<Span>,
+}
+
+impl Numbers {
+    /// Whether the field of [`ALGORITHM_FIELDS`] was given (and read without a problem).
+    fn given(&self, field: &str) -> bool {
+        match field {
+            "rate_per_s" => self.rate_per_s.is_some(),
+            "burst" => self.burst.is_some(),
+            "limit" => self.limit.is_some(),
+            "window" => self.window.is_some(),
+            "calendar_tz" => self.calendar_tz.is_some(),
+            "timeout" => self.timeout.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// The algorithm's params from its numbers, once the table's checks are done: what is
+/// left is each algorithm's own constraints (calendar windows, whole milliseconds, the
+/// sliding window's 2^51, the concurrency timeout's default).
+fn params(f: &mut Fields<'_>, kind: Kind, n: Numbers) -> Option<Params> {
+    match kind {
+        Kind::TokenBucket => Some(Params::TokenBucket {
+            rate_per_s: n.rate_per_s?,
+            burst: n.burst?,
+        }),
+        Kind::Gcra => Some(Params::Gcra {
+            rate_per_s: n.rate_per_s?,
+            burst: n.burst?,
+        }),
+        Kind::FixedWindow => {
+            let window = match (n.window, n.calendar_tz) {
+                (Some(sp), Some(tz)) => calendar(f, sp, &tz).map(Window::Calendar),
+                (sp, None) => fixed(f, "window", sp).map(Window::Epoch),
+                (None, Some(_)) => None,
+            };
+            Some(Params::FixedWindow {
+                limit: n.limit?,
+                window: window?,
+            })
+        }
+        Kind::SlidingWindow | Kind::SlidingLog => {
+            let window = fixed(f, "window", n.window);
+            if let Some(w) = window {
+                if w % MILLI != 0 {
+                    f.bad("window", "must be a whole number of milliseconds");
+                }
+                if let Some(l) = n.limit
+                    && kind == Kind::SlidingWindow
+                    && l.saturating_mul(w / MILLI) > (1 << 51)
+                {
+                    f.bad("limit", "limit × window in ms must stay below 2^51; use a fixed_window for large quotas");
+                }
+            }
+            let (limit, window) = (n.limit?, window?);
+            Some(if kind == Kind::SlidingLog {
+                Params::SlidingLog { limit, window }
+            } else {
+                Params::SlidingWindow { limit, window }
+            })
+        }
+        Kind::Concurrency => {
+            let timeout = match n.timeout {
+                Some(t) => fixed(f, "timeout", Some(t))?,
+                None => 60 * SECOND,
+            };
+            Some(Params::Concurrency {
+                limit: n.limit?,
+                timeout,
+            })
+        }
+    }
+}
+
+/// A fixed window aligned to a time zone's calendar: 1h, 1d, 1w or 1mo.
+fn calendar(f: &mut Fields<'_>, window: Span, tz: &str) -> Option<Calendar> {
+    let unit = match window {
+        Span::Fixed(us) if us == 3_600 * SECOND => CalendarUnit::Hour,
+        Span::Fixed(us) if us == 86_400 * SECOND => CalendarUnit::Day,
+        Span::Fixed(us) if us == 7 * 86_400 * SECOND => CalendarUnit::Week,
+        Span::Months(1) => CalendarUnit::Month,
+        _ => {
+            f.bad(
+                "window",
+                "with calendar_tz the window must be 1h, 1d, 1w or 1mo",
+            );
+            return None;
+        }
+    };
+    let c = Calendar::new(unit, tz);
+    if c.is_none() {
+        f.bad("calendar_tz", format!("unknown IANA time zone {tz:?}"));
+    }
+    c
+}
+
+/// A duration in microseconds; months are refused (they only mean something on a calendar).
+fn fixed(f: &mut Fields<'_>, field: &str, s: Option<Span>) -> Option<u64> {
+    match s? {
+        Span::Fixed(us) => Some(us),
+        Span::Months(_) => {
+            f.bad(
+                field,
+                "months only make sense with calendar_tz on a fixed_window",
+            );
+            None
+        }
+    }
 }
 
 #[cfg(test)]
