@@ -13,9 +13,14 @@
 //!
 //! # Layout
 //!
-//! - [`scenario`]: the TOML scenario format, its validation and `--param` overrides.
-//! - [`engine`]: the event loop (virtual microseconds), regions, daemons, gossip; an
-//!   observer thread keeps the ground truth and the shippers' tables, fed in decision order.
+//! - [`scenario`]: the TOML scenario format (`file`), its validation (`fields`, `check`,
+//!   `check_traffic`) into the checked form (`model`), and `--set`/`--param` overrides
+//!   (`params`).
+//! - [`engine`]: the run's state and setup (`mod.rs`), the event loop (`events`, virtual
+//!   microseconds), a request's path (`request`), store calls (`store`), regions and
+//!   daemons (`region`), gossip (`gossip`), convergence after heals (`heal`); an observer
+//!   thread (`observer`) keeps the ground truth and the shippers' tables, fed in decision
+//!   order.
 //! - [`traffic`]: arrival processes, key popularity, moving clients.
 //! - [`metrics`]: ground truth (an exact global limiter per counter) and counters.
 //! - [`report`]: the measures, as a table, JSON and CSV.

@@ -1,0 +1,293 @@
+//! Regions and their daemons: what each holds (stores, replica, views, guard, hot-key
+//! layer), their (re)starts and stops, and the scenario's events that change them.
+
+use super::events::Ev;
+use super::observer::Rec;
+use super::{DENY_ENTRIES, LEASES, Sim, ships, store_seed};
+use crate::rng::Rng;
+use crate::scenario::Event;
+use sluice_core::Micros;
+use sluice_core::batch::{Call, GiveBack};
+use sluice_core::guard::StoreGuard;
+use sluice_core::hotkeys::{Layer, lease};
+use sluice_core::merge::RemoteCounts;
+use sluice_store::MemoryStore;
+use std::collections::VecDeque;
+
+pub(super) struct Daemon {
+    pub(super) remote: RemoteCounts,
+    pub(super) local: MemoryStore,
+    /// Its store guard, as the daemon's engine keeps one per store shard (a region's store
+    /// is one shard): the breaker, what a call's ending counts as, when `local` goes.
+    pub(super) guard: StoreGuard,
+    /// The hot-key layer every store call of the daemon goes through.
+    pub(super) hot: Layer,
+    /// Incarnation: bumped when the daemon restarts (messages to an older one are dropped).
+    pub(super) epoch: u32,
+    /// Ship timer generation: bumped when the timer restarts (older ticks lapse).
+    pub(super) timer: u32,
+    /// Stopped by a `daemon_down` (its region's other daemons take its traffic).
+    pub(super) up: bool,
+}
+
+pub(super) struct Replica {
+    pub(super) store: MemoryStore,
+    pub(super) lag: Micros,
+    pub(super) queue: VecDeque<(Micros, Write)>,
+}
+
+/// A write the primary executed, for the replica to replay.
+pub(super) enum Write {
+    /// A store call (as sent: a lease call carries its batch as cost).
+    Check(Call),
+    /// A lease's give-back.
+    GiveBack(GiveBack),
+}
+
+pub(super) struct Region {
+    pub(super) up: bool,
+    pub(super) store: MemoryStore,
+    pub(super) replica: Option<Replica>,
+    pub(super) store_down_until: Micros,
+    pub(super) last_exec: Micros,
+    pub(super) daemons: Vec<Daemon>,
+    pub(super) latency_rng: Rng,
+    pub(super) phase_rng: Rng,
+}
+
+impl<'a> Sim<'a> {
+    /// (Re)starts a region's daemons: empty tables, a fresh epoch (older timers and messages
+    /// addressed to the previous incarnation are ignored), ship timers at random phases.
+    pub(super) fn start_daemons(&mut self, r: usize) {
+        let sc = self.sc;
+        let name = &sc.regions[r];
+        // The largest: a daemon stopped alone had its epoch bumped past the others'.
+        let old_epoch = self.regions[r]
+            .daemons
+            .iter()
+            .map(|d| d.epoch)
+            .max()
+            .unwrap_or(0);
+        self.pipe.send(Rec::StartDaemons { region: r });
+        // The daemons that stopped keep their counters in the run's totals; their leases and
+        // cached refusals went with them (a crash: nothing was given back).
+        for d in &self.regions[r].daemons {
+            self.metrics.layer += &d.hot.stats();
+            self.metrics.gate_lost_units += d.hot.gate_lost();
+        }
+        self.regions[r].daemons = (0..sc.daemons)
+            .map(|_| Daemon {
+                remote: RemoteCounts::new(name, sc.gossip.max_keys, store_seed(self.seed)),
+                local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
+                guard: StoreGuard::for_store(sc.store.breaker, true),
+                hot: Layer::new(DENY_ENTRIES, LEASES),
+                epoch: old_epoch + 1,
+                timer: 0,
+                up: true,
+            })
+            .collect();
+        self.live[r] = vec![true; sc.daemons];
+        for d in &mut self.regions[r].daemons {
+            d.hot.set_daemons(sc.daemons as u64);
+        }
+        for d in 0..sc.daemons {
+            // Sweeps spread over the period, in daemon order (no random draw: the other
+            // streams stay as they were).
+            let at = self.now + lease::SWEEP * (d as Micros + 1) / sc.daemons as Micros;
+            if at < sc.duration {
+                self.push(
+                    at,
+                    Ev::Sweep {
+                        region: r,
+                        daemon: d,
+                        epoch: old_epoch + 1,
+                    },
+                );
+            }
+        }
+        for d in 0..sc.daemons {
+            if !ships(self.sc, d) {
+                continue;
+            }
+            let phase = self.phase(r);
+            let at = self.now + phase.max(1);
+            if at < sc.duration {
+                self.push(
+                    at,
+                    Ev::Ship {
+                        region: r,
+                        daemon: d,
+                        epoch: old_epoch + 1,
+                        timer: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// New epochs for a region's daemons (their pending timers lapse) and fresh timers at
+    /// random phases of the current interval; tables are kept.
+    pub(super) fn restart_ship_timers(&mut self, r: usize) {
+        for d in 0..self.sc.daemons {
+            let daemon = &mut self.regions[r].daemons[d];
+            daemon.timer += 1;
+            let (epoch, timer) = (daemon.epoch, daemon.timer);
+            if !ships(self.sc, d) {
+                continue;
+            }
+            let phase = self.phase(r);
+            let at = self.now + phase.max(1);
+            if at < self.sc.duration {
+                self.push(
+                    at,
+                    Ev::Ship {
+                        region: r,
+                        daemon: d,
+                        epoch,
+                        timer,
+                    },
+                );
+            }
+        }
+    }
+
+    /// When, within the next interval, a daemon of region `r` first ships: the scenario's
+    /// fixed phase for the region, or a random one.
+    pub(super) fn phase(&mut self, r: usize) -> Micros {
+        match &self.sc.gossip.phases {
+            Some(p) => p[r] % self.interval,
+            None => (self.regions[r].phase_rng.unit() * self.interval as f64) as Micros,
+        }
+    }
+
+    /// A daemon that stops: gracefully, its leases are given back and its pending units
+    /// synced, as the daemon's shutdown does; a crash loses both (the units a gate admitted
+    /// and had not synced are counted, per rule, as lost).
+    pub(super) fn stop_daemon(&mut self, r: usize, d: usize, graceful: bool, now: Micros) {
+        let hot = &mut self.regions[r].daemons[d].hot;
+        if graceful {
+            let backs = hot.drain(now);
+            let syncs = hot.drain_syncs(now);
+            self.give_back(r, backs, now);
+            self.sync(r, d, syncs, now);
+        } else {
+            for s in hot.drain_syncs(now) {
+                for ri in self.rules_of(&s.call) {
+                    self.metrics.hot[ri].gate_lost_units += s.call.cost;
+                }
+            }
+        }
+    }
+
+    /// The end of the run: every daemon that is up drains its leases and pending sync units
+    /// into its store, and the layers' counters join the run's.
+    pub(super) fn drain_layers(&mut self) {
+        let now = self.sc.duration;
+        for r in 0..self.regions.len() {
+            for d in 0..self.regions[r].daemons.len() {
+                if self.regions[r].up && self.regions[r].daemons[d].up {
+                    self.stop_daemon(r, d, true, now);
+                }
+                let hot = &self.regions[r].daemons[d].hot;
+                let st = hot.stats();
+                self.metrics.layer += &st;
+                self.metrics.gate_lost_units += hot.gate_lost();
+            }
+        }
+    }
+
+    pub(super) fn scenario_event(&mut self, i: usize) {
+        let now = self.now;
+        let sc = self.sc;
+        match &sc.events[i].1 {
+            Event::RegionDown(r) => {
+                // A crash: what the daemons' gates had not synced is lost.
+                for d in 0..self.regions[*r].daemons.len() {
+                    if self.regions[*r].daemons[d].up {
+                        self.stop_daemon(*r, d, false, now);
+                    }
+                }
+                self.up[*r] = false;
+                let region = &mut self.regions[*r];
+                region.up = false;
+                for d in &mut region.daemons {
+                    d.epoch += 1;
+                }
+            }
+            Event::DaemonDown(r, d, graceful) => {
+                let (r, d) = (*r, *d);
+                if !self.regions[r].up || !self.regions[r].daemons[d].up {
+                    return;
+                }
+                self.stop_daemon(r, d, *graceful, now);
+                let daemon = &mut self.regions[r].daemons[d];
+                daemon.up = false;
+                // Its timers and the messages addressed to it lapse.
+                daemon.epoch += 1;
+                self.live[r][d] = false;
+                // The others follow the membership at once (and at every sweep).
+                let live = self.live[r].iter().filter(|u| **u).count() as u64;
+                for x in self.regions[r].daemons.iter_mut().filter(|x| x.up) {
+                    x.hot.set_daemons(live);
+                }
+            }
+            Event::RegionUp(r, wipe) => {
+                if self.regions[*r].up {
+                    return;
+                }
+                self.up[*r] = true;
+                self.regions[*r].up = true;
+                if *wipe {
+                    let region = &mut self.regions[*r];
+                    region.store = MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
+                    if let Some(rep) = &mut region.replica {
+                        rep.store =
+                            MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
+                        rep.queue.clear();
+                    }
+                }
+                self.start_daemons(*r);
+                self.resend_all(Some(*r));
+            }
+            Event::Partition(groups) => {
+                let n = groups.len();
+                for a in 0..n {
+                    for b in 0..n {
+                        self.cut[a][b] = groups[a] != groups[b];
+                    }
+                }
+            }
+            Event::Heal => {
+                for row in &mut self.cut {
+                    row.fill(false);
+                }
+                self.resend_all(None);
+                self.track_heal();
+            }
+            Event::StoreFailover(r, outage) => {
+                self.replicate(*r, now);
+                let region = &mut self.regions[*r];
+                if let Some(rep) = region.replica.take() {
+                    self.metrics.lost_writes += rep.queue.len() as u64;
+                    region.store = rep.store;
+                }
+                region.store_down_until = now + outage;
+            }
+            Event::SetShip(iv, th) => {
+                if let Some(iv) = iv {
+                    self.interval = *iv;
+                    // Daemons pick the new interval up at different moments: each restarts
+                    // its timer at its own random phase of the new interval.
+                    for r in 0..sc.regions.len() {
+                        if self.regions[r].up {
+                            self.restart_ship_timers(r);
+                        }
+                    }
+                }
+                if let Some(th) = th {
+                    self.threshold = Some(*th);
+                }
+            }
+        }
+    }
+}
