@@ -1,7 +1,8 @@
-//! One override validated against its domain's rules into an [`Override`].
+//! One override validated against its domain's rules into an [`Override`]: the numbers it
+//! may replace are the ones its rule's algorithm takes (`rules::ALGORITHMS`).
 
-use super::{Fields, Override, Problem, Rule};
-use crate::algo::{MAX_LIMIT, Params};
+use super::{AlgorithmFields, Fields, Override, Problem, Rule};
+use crate::algo::MAX_LIMIT;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -68,22 +69,30 @@ pub(super) fn override_(
         match target {
             None if rule_id.is_none() => f.bad("rule", "new numbers need the rule they replace"),
             Some(r) => {
-                let bucket = matches!(r.params, Params::TokenBucket { .. } | Params::Gcra { .. });
-                if bucket && limit.is_some() {
-                    f.bad(
-                        "limit",
-                        format!(
-                            "rule {} is a {} (use rate_per_s, burst)",
-                            r.id,
-                            r.params.kind().name()
-                        ),
-                    );
-                }
-                if !bucket && (rate_per_s.is_some() || burst.is_some()) {
-                    f.bad(
-                        "rate_per_s",
-                        format!("rule {} is a {} (use limit)", r.id, r.params.kind().name()),
-                    );
+                let fields = AlgorithmFields::of(r.params.kind());
+                let given = [
+                    ("limit", limit.is_some()),
+                    ("rate_per_s", rate_per_s.is_some()),
+                    ("burst", burst.is_some()),
+                ];
+                // The numbers this rule's algorithm takes, the ones an override may replace.
+                let takes: Vec<&str> = given
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .filter(|n| fields.takes(n))
+                    .collect();
+                for (field, present) in given {
+                    if present && !fields.takes(field) {
+                        f.bad(
+                            field,
+                            format!(
+                                "rule {} is a {} (use {})",
+                                r.id,
+                                fields.name(),
+                                takes.join(", ")
+                            ),
+                        );
+                    }
                 }
                 let split = r.hot_keys.split;
                 let ours = Override {
@@ -100,7 +109,7 @@ pub(super) fn override_(
                         crate::hotkeys::config::split_leaves_zero(&ours.apply(&r.params), split)
                 {
                     f.bad(
-                        if bucket { "rate_per_s" } else { "limit" },
+                        takes.first().copied().unwrap_or("limit"),
                         format!("rule {} is split (hot_keys.split): {problem}", r.id),
                     );
                 }
@@ -141,5 +150,30 @@ overrides:
 "#;
         let err = parse_yaml(bad).expect_err("invalid");
         assert_eq!(err.problems.len(), 4, "{err}");
+    }
+
+    #[test]
+    fn each_number_the_rule_does_not_take_is_named() {
+        let bad = r#"
+domain: api
+rules:
+  - { id: w, key: [k], algorithm: fixed_window, limit: 5, window: 1m }
+  - { id: b, key: [k], algorithm: gcra, rate_per_s: 5, burst: 5 }
+overrides:
+  - { identity: { k: a }, rule: w, burst: 3 }
+  - { identity: { k: b }, rule: w, rate_per_s: 3, burst: 3 }
+  - { identity: { k: c }, rule: b, limit: 3 }
+"#;
+        let err = parse_yaml(bad).expect_err("invalid");
+        let got: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "overrides[0]: burst: rule w is a fixed_window (use limit)",
+                "overrides[1]: rate_per_s: rule w is a fixed_window (use limit)",
+                "overrides[1]: burst: rule w is a fixed_window (use limit)",
+                "overrides[2]: limit: rule b is a gcra (use rate_per_s, burst)",
+            ]
+        );
     }
 }
