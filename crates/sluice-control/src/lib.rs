@@ -16,7 +16,8 @@
 //! - [`store`]: the admin side of PostgreSQL: reads, history, status, versioned commits.
 //! - [`postgres`]: the daemon side: [`postgres::PgSource`] (load, push, pull, cache, status).
 //! - [`snapshot`]: the atomic on-disk copy of the last loaded set.
-//! - [`admin`]: the admin HTTP API ([`admin::router`], [`admin::serve_admin`]).
+//! - [`admin`]: the admin HTTP API ([`admin::router`], [`admin::serve_admin`]): routing and
+//!   auth, request parsing, and one file of handlers per resource (rules, versions, overrides).
 
 pub mod admin;
 pub mod db;
