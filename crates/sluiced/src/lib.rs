@@ -12,7 +12,8 @@
 //! - [`http`]: HTTP JSON API, health, metrics.
 //! - [`unary`]: the gRPC port, a lean unary gRPC server on HTTP/2.
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
-//! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port.
+//! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port: the
+//!   service, descriptor translation, and the response (statuses, headers).
 //! - [`hot`]: the hot-key layer's shell (deny cache, leases, give-backs).
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
 //! - [`limits`]: resource limits and self-protection (sizes, deadlines, connections, checks

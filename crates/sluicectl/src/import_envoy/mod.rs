@@ -7,8 +7,8 @@
 //! full descriptor. Each config node with a `rate_limit` becomes one rule:
 //!
 //! - `match`: `envoy.keys` (the entry keys in order, joined by `/`, which sluiced adds to every
-//!   Envoy descriptor, see crates/sluiced/src/envoy.rs) pins the depth and order; each entry's
-//!   value, or `"*"` for a bare key or a `*` value.
+//!   Envoy descriptor, see crates/sluiced/src/envoy/translate.rs) pins the depth and order;
+//!   each entry's value, or `"*"` for a bare key or a `*` value.
 //! - `key`: every entry key, so the count is per full descriptor, as in Envoy.
 //! - `fixed_window`, `limit: requests_per_unit`, `window` one unit (month = 30 d and year =
 //!   365 d, as the reference service counts them).
@@ -36,7 +36,8 @@ use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize as _;
 use serde_json::Value;
 
-/// The synthetic descriptor sluiced adds to each Envoy descriptor (crates/sluiced/src/envoy.rs).
+/// The synthetic descriptor sluiced adds to each Envoy descriptor
+/// (crates/sluiced/src/envoy/translate.rs).
 pub const KEYS_DESCRIPTOR: &str = "envoy.keys";
 
 /// The converted rules and what could not be carried over.

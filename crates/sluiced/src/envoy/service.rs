@@ -1,124 +1,24 @@
-//! Envoy's rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`,
-//! on the gRPC port, so an Envoy fleet moves to Sluice by changing the address of its
-//! `rate_limit_service` cluster (docs/envoy.md).
-//!
-//! # Mapping
-//!
-//! - Each Envoy descriptor (a list of entries) is one check through [`Engine::check`]: its
-//!   entries become Sluice descriptors (a key that repeats within one descriptor becomes
-//!   `key.2`, `key.3`, …), plus [`KEYS_DESCRIPTOR`] = the entry keys joined by `/`, which lets
-//!   rules imported from an envoyproxy/ratelimit config apply only at their own depth, as they
-//!   do there. Rules that do not name it ignore it.
-//! - `hits_addend` is the cost; 0 (unset) means 1, as in Envoy. A descriptor's own
-//!   `hits_addend` (newer Envoys) wins over the request's; 0 there is a peek that takes
-//!   nothing. A descriptor with `is_negative_hits` asks for a refund, which Sluice's
-//!   algorithms do not have: it is answered OK without counting (docs/envoy.md).
-//! - One [`DescriptorStatus`] per descriptor, in order: `OVER_LIMIT` when that check refused;
-//!   `current_limit`, `limit_remaining` and `duration_until_reset` from the refusing policy,
-//!   or else from the most restrictive one; `overall_code` is `OVER_LIMIT` if any descriptor
-//!   is. A policy with `headers: retry_only` never shows its numbers here either.
-//! - A descriptor's `limit` override replaces the rules for that descriptor, as Envoy's own
-//!   service does: the request is counted in a fixed window of one `unit` holding
-//!   `requests_per_unit`, keyed by the domain and every entry (rule id `envoy-override-<unit>`).
-//! - An unknown domain is allowed with no limit (envoyproxy/ratelimit does the same); an empty
-//!   domain, no descriptors, or bad entries are `INVALID_ARGUMENT`.
-//! - Envoy has no code for "could not decide". A fail-closed rule whose store failed answers,
-//!   by default, `OVER_LIMIT` with `Retry-After: 1` and a 503 problem body, so the request is
-//!   refused whatever Envoy's `failure_mode_deny` says; [`UnavailableAs::Error`] answers gRPC
-//!   `UNAVAILABLE` instead and leaves the choice to `failure_mode_deny`.
-//! - `response_headers_to_add` carries the core's headers ([`headers`]) for the whole request,
-//!   and `raw_body` the problem body of a refusal; both can be switched off.
+//! The `ShouldRateLimit` method: checks an Envoy request's descriptors through the engine
+//! (concurrently when there are several), counts a descriptor's `limit` override in its own
+//! fixed window through the same store path, and answers unknown domains with no limit.
 
+use super::response::Outcome;
+use super::translate::{descriptors, override_unit};
+use super::{EnvoyConfig, EnvoyError, MAX_ENVOY_DESCRIPTORS};
 use crate::engine::{CheckError, Engine};
-use serde::Deserialize;
 use sluice_core::Remote;
 use sluice_core::algo::{MAX_LIMIT, Params, Window};
-use sluice_core::decision::{
-    Code, Decision, HeaderSet, PolicyStatus, headers_of, plan, problem_json,
-};
+use sluice_core::decision::{Decision, plan};
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::{Domain, FailureMode, HeaderMode, Mode, Rule, Scope};
 use sluice_core::time::SECOND;
-use sluice_proto::envoy::config::core::v3::HeaderValue;
 use sluice_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use sluice_proto::envoy::service::ratelimit::v3 as rls;
-use sluice_proto::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code as RlsCode, DescriptorStatus, RateLimit, rate_limit::Unit,
-};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tonic::{Request, Response, Status};
-
-/// The synthetic descriptor naming an Envoy descriptor's entry keys, in order, joined by `/`.
-pub const KEYS_DESCRIPTOR: &str = "envoy.keys";
-
-/// Most descriptors one Envoy request may carry (Envoy sends a handful per route).
-pub const MAX_ENVOY_DESCRIPTORS: usize = 64;
-
-/// How a decision the store could not make (a fail-closed rule, `UNAVAILABLE`) reaches Envoy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UnavailableAs {
-    /// `OVER_LIMIT` with `Retry-After: 1` and a 503 problem body: refused whatever Envoy's
-    /// `failure_mode_deny` says, which is what a fail-closed rule asks for.
-    #[default]
-    OverLimit,
-    /// gRPC status `UNAVAILABLE`: Envoy then applies its `failure_mode_deny` (default: allow).
-    Error,
-}
-
-/// The `envoy:` section of the daemon config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EnvoyConfig {
-    /// Send the core's rate limit headers in `response_headers_to_add`.
-    pub response_headers: bool,
-    /// Which of them: `all` (default), `ratelimit` (the IETF draft's pair) or `x_ratelimit`
-    /// (the `X-RateLimit-*` trio that envoyproxy/ratelimit and Limitador send).
-    pub header_set: HeaderSet,
-    /// Send the problem body of a refusal in `raw_body`.
-    pub raw_body: bool,
-    /// How `UNAVAILABLE` decisions are answered.
-    pub unavailable_as: UnavailableAs,
-}
-
-impl Default for EnvoyConfig {
-    fn default() -> Self {
-        EnvoyConfig {
-            response_headers: true,
-            header_set: HeaderSet::All,
-            raw_body: true,
-            unavailable_as: UnavailableAs::OverLimit,
-        }
-    }
-}
-
-/// Why a request was refused as input.
-#[derive(Debug, thiserror::Error)]
-pub enum EnvoyError {
-    /// The engine refused the descriptors.
-    #[error(transparent)]
-    Check(#[from] CheckError),
-    /// No descriptors.
-    #[error("rate limit descriptor list must not be empty")]
-    NoDescriptors,
-    /// Too many descriptors.
-    #[error("too many descriptors: {0} (at most {MAX_ENVOY_DESCRIPTORS})")]
-    TooManyDescriptors(usize),
-    /// A descriptor without entries.
-    #[error("descriptor {0} has no entries")]
-    NoEntries(usize),
-    /// A `limit` override with an unknown unit.
-    #[error("descriptor {index}: limit override has unknown unit {unit}")]
-    BadUnit {
-        /// Descriptor position.
-        index: usize,
-        /// The unit as sent.
-        unit: i32,
-    },
-}
 
 /// The tonic service.
 pub struct RateLimitService {
@@ -270,248 +170,6 @@ impl RateLimitService {
     }
 }
 
-/// The decisions of one Envoy request, one per descriptor in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    /// One per descriptor.
-    pub decisions: Vec<Decision>,
-}
-
-impl Outcome {
-    /// The decision for the whole request, as if one check had seen every policy: refused if
-    /// any descriptor was (the longest wait wins), `UNAVAILABLE` if one could not be decided,
-    /// and the policies of all descriptors, each rule id once (its most restrictive status).
-    pub fn combined(&self) -> std::borrow::Cow<'_, Decision> {
-        if let [one] = self.decisions.as_slice() {
-            return std::borrow::Cow::Borrowed(one);
-        }
-        let version = self
-            .decisions
-            .iter()
-            .map(|d| d.rules_version)
-            .max()
-            .unwrap_or(0);
-        let mut out = Decision::unlimited(version);
-        let mut refused: Option<&Decision> = None;
-        let mut unavailable: Option<&Decision> = None;
-        for d in &self.decisions {
-            match d.code {
-                Code::OverLimit if refused.is_none_or(|r| d.retry_after_ms > r.retry_after_ms) => {
-                    refused = Some(d)
-                }
-                Code::Unavailable if unavailable.is_none() => unavailable = Some(d),
-                _ => {}
-            }
-            for p in &d.policies {
-                match out.policies.iter_mut().find(|q| q.id == p.id) {
-                    Some(q) if p.remaining < q.remaining => *q = p.clone(),
-                    Some(_) => {}
-                    None => out.policies.push(p.clone()),
-                }
-            }
-            for s in &d.shadow_denied {
-                if !out.shadow_denied.contains(s) {
-                    out.shadow_denied.push(s.clone());
-                }
-            }
-        }
-        if let Some(d) = refused.or(unavailable) {
-            out.code = d.code;
-            out.retry_after_ms = d.retry_after_ms;
-            out.decided_by = d.decided_by.clone();
-        }
-        std::borrow::Cow::Owned(out)
-    }
-
-    /// The wire response, or the gRPC status Envoy should see.
-    pub fn response(&self, cfg: &EnvoyConfig) -> Result<rls::RateLimitResponse, Status> {
-        let all = self.combined();
-        if all.code == Code::Unavailable && cfg.unavailable_as == UnavailableAs::Error {
-            return Err(Status::unavailable(format!(
-                "rule {} could not be decided: its store is unavailable and it fails closed",
-                all.decided_by.as_deref().unwrap_or("?")
-            )));
-        }
-        let statuses: Vec<DescriptorStatus> =
-            self.decisions.iter().map(descriptor_status).collect();
-        let overall = if all.code == Code::Ok {
-            RlsCode::Ok
-        } else {
-            RlsCode::OverLimit
-        };
-        let mut response_headers_to_add = Vec::new();
-        if cfg.response_headers {
-            response_headers_to_add = headers_of(&all, cfg.header_set)
-                .into_iter()
-                .map(|(k, v)| header(k, v))
-                .collect();
-        }
-        let mut raw_body = Vec::new();
-        if cfg.raw_body && all.code != Code::Ok {
-            raw_body = problem_json(&all).into_bytes();
-            response_headers_to_add.push(header("Content-Type", "application/problem+json".into()));
-        }
-        Ok(rls::RateLimitResponse {
-            overall_code: overall as i32,
-            statuses,
-            response_headers_to_add,
-            request_headers_to_add: Vec::new(),
-            raw_body,
-            dynamic_metadata: None,
-            quota: None,
-        })
-    }
-}
-
-fn header(key: &str, value: String) -> HeaderValue {
-    HeaderValue {
-        key: key.to_string(),
-        value,
-        raw_value: Vec::new(),
-    }
-}
-
-/// An Envoy descriptor's entries as Sluice descriptors (renamed keys, in order) followed by
-/// [`KEYS_DESCRIPTOR`], and how many of them are entries.
-pub fn descriptors(
-    entries: Vec<
-        sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry,
-    >,
-) -> (Vec<(String, String)>, usize) {
-    let mut pairs: Vec<(String, String)> = Vec::with_capacity(entries.len() + 1);
-    let mut path = String::new();
-    for (i, e) in entries.into_iter().enumerate() {
-        if i > 0 {
-            path.push('/');
-        }
-        path.push_str(&e.key);
-        let seen = pairs.iter().filter(|(k, _)| {
-            *k == e.key || k.strip_prefix(e.key.as_str()).is_some_and(is_repeat_suffix)
-        });
-        let n = seen.count();
-        let key = if n == 0 {
-            e.key
-        } else {
-            format!("{}.{}", e.key, n + 1)
-        };
-        pairs.push((key, e.value));
-    }
-    let n = pairs.len();
-    pairs.push((KEYS_DESCRIPTOR.to_string(), path));
-    (pairs, n)
-}
-
-fn is_repeat_suffix(s: &str) -> bool {
-    s.strip_prefix('.')
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// The window of a `limit` override's unit: its name and length in seconds. Month and year
-/// are 30 and 365 days, as in envoyproxy/ratelimit.
-pub fn override_unit(unit: i32) -> Option<(&'static str, u64)> {
-    use sluice_proto::envoy::r#type::v3::RateLimitUnit as U;
-    match U::try_from(unit).ok()? {
-        U::Unknown => None,
-        U::Second => Some(("second", 1)),
-        U::Minute => Some(("minute", 60)),
-        U::Hour => Some(("hour", 3_600)),
-        U::Day => Some(("day", 86_400)),
-        U::Week => Some(("week", 7 * 86_400)),
-        U::Month => Some(("month", 30 * 86_400)),
-        U::Year => Some(("year", 365 * 86_400)),
-    }
-}
-
-const UNITS: [(Unit, u64); 7] = [
-    (Unit::Second, 1),
-    (Unit::Minute, 60),
-    (Unit::Hour, 3_600),
-    (Unit::Day, 86_400),
-    (Unit::Week, 7 * 86_400),
-    (Unit::Month, 30 * 86_400),
-    (Unit::Year, 365 * 86_400),
-];
-
-/// A policy as Envoy's `RateLimit`: the unit closest to its window (by ratio), and the
-/// quota scaled to that unit (exact when the window is one unit; rounded, at least 1, else).
-pub fn rate_limit(p: &PolicyStatus) -> RateLimit {
-    let w = p.window_s.max(1);
-    let ratio = |u: u64| {
-        let (a, b) = (w.max(u) as f64, w.min(u) as f64);
-        a / b
-    };
-    let (unit, unit_s) = UNITS
-        .iter()
-        .copied()
-        .min_by(|a, b| ratio(a.1).total_cmp(&ratio(b.1)))
-        .unwrap_or((Unit::Second, 1));
-    let scaled = if unit_s == w {
-        p.limit
-    } else {
-        let v = (u128::from(p.limit) * u128::from(unit_s) + u128::from(w) / 2) / u128::from(w);
-        (v as u64).max(u64::from(p.limit > 0))
-    };
-    RateLimit {
-        name: p.id.to_string(),
-        requests_per_unit: u32::try_from(scaled).unwrap_or(u32::MAX),
-        unit: unit as i32,
-    }
-}
-
-/// The status of one descriptor: its code, and the numbers of the refusing policy or else
-/// the most restrictive one the client may see.
-pub fn descriptor_status(d: &Decision) -> DescriptorStatus {
-    let code = if d.code == Code::Ok {
-        RlsCode::Ok
-    } else {
-        RlsCode::OverLimit
-    };
-    let deciding = d
-        .decided_by
-        .as_ref()
-        .and_then(|id| d.policies.iter().find(|p| p.id == *id));
-    let shown = match deciding {
-        Some(p) => Some(p),
-        None => d
-            .policies
-            .iter()
-            .filter(|p| p.headers == HeaderMode::Full)
-            .min_by(|a, b| {
-                a.remaining.cmp(&b.remaining).then(
-                    (u128::from(a.remaining) * u128::from(b.limit))
-                        .cmp(&(u128::from(b.remaining) * u128::from(a.limit))),
-                )
-            }),
-    };
-    match shown {
-        None => DescriptorStatus {
-            code: code as i32,
-            ..Default::default()
-        },
-        Some(p) if p.headers == HeaderMode::RetryOnly => DescriptorStatus {
-            code: code as i32,
-            current_limit: None,
-            limit_remaining: 0,
-            duration_until_reset: Some(duration(p.reset_s)),
-            quota: None,
-        },
-        Some(p) => DescriptorStatus {
-            code: code as i32,
-            current_limit: Some(rate_limit(p)),
-            limit_remaining: u32::try_from(p.remaining).unwrap_or(u32::MAX),
-            duration_until_reset: Some(duration(p.reset_s)),
-            quota: None,
-        },
-    }
-}
-
-fn duration(secs: u64) -> sluice_proto::prost_types::Duration {
-    sluice_proto::prost_types::Duration {
-        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
-        nanos: 0,
-    }
-}
-
 #[tonic::async_trait]
 impl rls::rate_limit_service_server::RateLimitService for RateLimitService {
     async fn should_rate_limit(
@@ -531,15 +189,18 @@ impl rls::rate_limit_service_server::RateLimitService for RateLimitService {
         outcome.response(&self.config).map(Response::new)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envoy::UnavailableAs;
     use crate::metrics::Metrics;
     use sluice_core::batch::{Call, CallResult};
     use sluice_core::breaker::BreakerState;
-    use sluice_core::decision::Via;
+    use sluice_core::decision::HeaderSet;
     use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use sluice_proto::envoy::service::ratelimit::v3::rate_limit_response::{
+        Code as RlsCode, rate_limit::Unit,
+    };
     use sluice_store::{BoxFuture, MemoryStore, Store, StoreError};
     use std::time::Duration;
 
@@ -786,62 +447,6 @@ rules:
                 .await
                 .is_err()
         );
-    }
-
-    #[test]
-    fn repeated_keys_are_numbered_and_the_path_is_named() {
-        let entries = [
-            ("generic_key", "a"),
-            ("generic_key", "b"),
-            ("user", "u"),
-            ("generic_key", "c"),
-        ]
-        .iter()
-        .map(|(k, v)| Entry {
-            key: k.to_string(),
-            value: v.to_string(),
-        })
-        .collect();
-        let (pairs, n) = descriptors(entries);
-        let keys: Vec<&str> = pairs[..n].iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(
-            keys,
-            vec!["generic_key", "generic_key.2", "user", "generic_key.3"]
-        );
-        assert_eq!(
-            pairs.last().map(|(k, v)| (k.as_str(), v.as_str())),
-            Some((KEYS_DESCRIPTOR, "generic_key/generic_key/user/generic_key"))
-        );
-    }
-
-    #[test]
-    fn limits_are_reported_in_the_closest_unit() {
-        let p = |limit, window_s| PolicyStatus {
-            id: Arc::from("r"),
-            limit,
-            window_s,
-            remaining: 0,
-            reset_s: 0,
-            allowed: true,
-            retry_after_ms: 0,
-            headers: HeaderMode::Full,
-            via: Via::Store,
-        };
-        let rl = |limit, w| {
-            let r = rate_limit(&p(limit, w));
-            (r.requests_per_unit, Unit::try_from(r.unit).expect("unit"))
-        };
-        assert_eq!(rl(10, 1), (10, Unit::Second));
-        assert_eq!(rl(40, 2), (20, Unit::Second));
-        assert_eq!(rl(1000, 3_600), (1000, Unit::Hour));
-        assert_eq!(rl(10_000, 86_400), (10_000, Unit::Day));
-        assert_eq!(rl(7, 7 * 86_400), (7, Unit::Week));
-        assert_eq!(
-            rl(1, 3_000),
-            (1, Unit::Hour),
-            "a small quota never rounds to 0"
-        );
-        assert_eq!(rl(u64::from(u32::MAX) * 2, 1), (u32::MAX, Unit::Second));
     }
 
     /// A store whose every call fails, as Redis does when it is down.
