@@ -7,23 +7,22 @@ use sluice_core::Remote;
 use sluice_core::batch::apply;
 use sluice_core::decision::{Answer, headers, plan};
 use sluice_core::rules::parse_yaml;
-use std::collections::HashMap;
 use std::hint::black_box;
 
 #[path = "support/workload.rs"]
 mod workload;
-use workload::{decide_once, descriptors, rules};
+use workload::{Scratch, decide_once, descriptors, rules};
 
 fn bench(c: &mut Criterion) {
     let set = parse_yaml(&rules(1000)).expect("bench rules are valid");
     let dom = set.domain("bench").expect("domain");
     let d = descriptors();
-    let mut states = HashMap::new();
+    let mut scratch = Scratch::new();
     let mut now = 1_700_000_000_000_000u64;
     c.bench_function("match+decide/1000 rules", |b| {
         b.iter(|| {
             now += 1_000;
-            black_box(decide_once(dom, &d, now, &mut states))
+            black_box(decide_once(dom, &d, now, &mut scratch).allowed())
         })
     });
     c.bench_function("match only/1000 rules", |b| {

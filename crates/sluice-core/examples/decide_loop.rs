@@ -3,11 +3,10 @@
 //! `valgrind --tool=callgrind target/release/examples/decide_loop 100000` vs `... 0`.
 
 use sluice_core::rules::parse_yaml;
-use std::collections::HashMap;
 
 #[path = "../benches/support/workload.rs"]
 mod workload;
-use workload::{decide_once, descriptors, rules};
+use workload::{Scratch, decide_once, descriptors, rules};
 
 fn main() {
     let n: u64 = std::env::args()
@@ -17,12 +16,12 @@ fn main() {
     let set = parse_yaml(&rules(1000)).expect("valid rules");
     let dom = set.domain("bench").expect("domain");
     let d = descriptors();
-    let mut states = HashMap::new();
+    let mut scratch = Scratch::new();
     let mut now = 1_700_000_000_000_000u64;
     let mut allowed = 0u64;
     for _ in 0..n {
         now += 1_000;
-        if decide_once(dom, &d, now, &mut states).allowed() {
+        if decide_once(dom, &d, now, &mut scratch).allowed() {
             allowed += 1;
         }
     }

@@ -121,13 +121,30 @@ pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) 
 /// [`apply`] writing the writes into `writes` (cleared first), so a store can reuse one
 /// buffer across calls instead of allocating a vector per call.
 pub fn apply_into(call: &Call, states: &[Option<State>], writes: &mut Vec<Write>) -> CallResult {
-    let CallResult { allowed, outcomes } = answer(call, states);
+    let mut result = CallResult {
+        allowed: true,
+        outcomes: Vec::with_capacity(call.items.len()),
+    };
+    apply_reusing(call, states, &mut result, writes);
+    result
+}
+
+/// [`apply_into`] that reuses `result`'s outcomes too (overwritten): with both buffers kept
+/// across calls, a call allocates nothing.
+pub fn apply_reusing(
+    call: &Call,
+    states: &[Option<State>],
+    result: &mut CallResult,
+    writes: &mut Vec<Write>,
+) {
+    answer_into(call, states, result);
+    let allowed = result.allowed;
     writes.clear();
     writes.extend(
         call.items
             .iter()
             .zip(states)
-            .zip(&outcomes)
+            .zip(&result.outcomes)
             .map(|((item, st), o)| {
                 let charge = if allowed {
                     o.allowed
@@ -150,22 +167,33 @@ pub fn apply_into(call: &Call, states: &[Option<State>], writes: &mut Vec<Write>
                 Write::Put(state, ttl)
             }),
     );
-    CallResult { allowed, outcomes }
 }
 
 /// What [`apply`] answers for `call` over `states`, without the writes: a store whose atomic
 /// step already wrote (Redis's script) answers from the states it read, with this same code.
 pub fn answer(call: &Call, states: &[Option<State>]) -> CallResult {
-    let mut outcomes: Vec<Outcome> = call
-        .items
-        .iter()
-        .zip(states)
-        .map(|(item, st)| algo::evaluate(&item.params, st.as_ref(), &call.request(item)))
-        .collect();
+    let mut result = CallResult {
+        allowed: true,
+        outcomes: Vec::with_capacity(call.items.len()),
+    };
+    answer_into(call, states, &mut result);
+    result
+}
+
+/// [`answer`] into `out`, overwriting it and reusing its outcomes' buffer.
+pub fn answer_into(call: &Call, states: &[Option<State>], out: &mut CallResult) {
+    let outcomes = &mut out.outcomes;
+    outcomes.clear();
+    outcomes.extend(
+        call.items
+            .iter()
+            .zip(states)
+            .map(|(item, st)| algo::evaluate(&item.params, st.as_ref(), &call.request(item))),
+    );
     let allowed = call
         .items
         .iter()
-        .zip(&outcomes)
+        .zip(outcomes.iter())
         .all(|(i, o)| o.allowed || !i.enforce);
     if !allowed && call.cost > 0 {
         // Outcomes say "after this request"; a refused request takes nothing from the rules
@@ -177,7 +205,7 @@ pub fn answer(call: &Call, states: &[Option<State>]) -> CallResult {
             }
         }
     }
-    CallResult { allowed, outcomes }
+    out.allowed = allowed;
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use crate::algo::{Outcome, Params, Remote};
 use crate::batch::{Call, CallResult, Item};
-use crate::matching::{Applied, Descriptors, applicable};
+use crate::matching::{Applied, Descriptors, applicable_into};
 use crate::rules::{Domain, FailureMode, HeaderMode, Mode};
 use crate::time::{Micros, ceil_millis, ceil_secs};
 use std::fmt::Write as _;
@@ -163,7 +163,11 @@ pub enum Answer {
 }
 
 /// Matched rules grouped into store calls.
-#[derive(Clone, Debug)]
+///
+/// A plan kept across requests of one rule set and refilled by [`plan_into`] reuses its
+/// buffers (the rules' identities and keys, the calls' items), so deciding allocates nothing
+/// once a request's shape has been seen.
+#[derive(Clone, Debug, Default)]
 pub struct Plan<'a> {
     /// Every rule that applies.
     pub applied: Vec<Applied<'a>>,
@@ -186,52 +190,90 @@ pub fn plan<'a>(
     now: Micros,
     cost: u64,
     request_id: &str,
-    mut remote: impl FnMut(&Applied<'a>) -> Remote,
+    remote: impl FnMut(&Applied<'a>) -> Remote,
 ) -> Plan<'a> {
-    let mut applied = applicable(domain, d);
-    for a in &mut applied {
+    let mut p = Plan::default();
+    plan_into(&mut p, domain, d, now, cost, request_id, remote);
+    p
+}
+
+/// [`plan`] into `p`, overwriting it and reusing its buffers.
+pub fn plan_into<'a>(
+    p: &mut Plan<'a>,
+    domain: &'a Domain,
+    d: &Descriptors,
+    now: Micros,
+    cost: u64,
+    request_id: &str,
+    mut remote: impl FnMut(&Applied<'a>) -> Remote,
+) {
+    let Plan { applied, calls } = p;
+    applicable_into(domain, d, applied);
+    for a in applied.iter_mut() {
         crate::hotkeys::split::apply(a, request_id);
     }
-    let mut calls: Vec<PlannedCall> = Vec::new();
+    // `calls[..used]` are this plan's; the rest are spares whose buffers get overwritten.
+    let mut used = 0;
     for (i, a) in applied.iter().enumerate() {
-        let item = Item {
-            key: a.key.clone(),
-            params: a.params.as_ref().clone(),
-            enforce: a.rule.mode == Mode::Enforce,
-            charge_rejected: a.rule.charge_rejected,
-            remote: match a.rule.scope {
-                crate::rules::Scope::Global => remote(a),
-                crate::rules::Scope::Region => Remote::default(),
-            },
+        let fig = match a.rule.scope {
+            crate::rules::Scope::Global => remote(a),
+            crate::rules::Scope::Region => Remote::default(),
         };
-        match calls
+        let c = match calls[..used]
             .iter()
             .position(|c| applied[c.rules[0]].identity == a.identity)
         {
-            Some(c) => {
-                calls[c].call.items.push(item);
-                calls[c].rules.push(i);
-            }
+            Some(c) => c,
             None => {
-                // Sized for the rules left, so adding a rule of the same identity (the usual
-                // case) never reallocates.
-                let mut items = Vec::with_capacity(applied.len() - i);
-                items.push(item);
-                let mut rules = Vec::with_capacity(applied.len() - i);
-                rules.push(i);
-                calls.push(PlannedCall {
-                    call: Call {
-                        now,
-                        cost,
-                        request_id: request_id.to_string(),
-                        items,
-                    },
-                    rules,
-                });
+                if used == calls.len() {
+                    // Sized for the rules left, so adding a rule of the same identity (the
+                    // usual case) never reallocates.
+                    calls.push(PlannedCall {
+                        call: Call {
+                            now,
+                            cost,
+                            request_id: String::new(),
+                            items: Vec::with_capacity(applied.len() - i),
+                        },
+                        rules: Vec::with_capacity(applied.len() - i),
+                    });
+                }
+                let pc = &mut calls[used];
+                pc.call.now = now;
+                pc.call.cost = cost;
+                pc.call.request_id.clear();
+                pc.call.request_id.push_str(request_id);
+                pc.rules.clear();
+                used += 1;
+                used - 1
             }
+        };
+        let pc = &mut calls[c];
+        let enforce = a.rule.mode == Mode::Enforce;
+        let charge_rejected = a.rule.charge_rejected;
+        match pc.call.items.get_mut(pc.rules.len()) {
+            Some(item) => {
+                item.key.clear();
+                item.key.push_str(&a.key);
+                item.params.clone_from(a.params.as_ref());
+                item.enforce = enforce;
+                item.charge_rejected = charge_rejected;
+                item.remote = fig;
+            }
+            None => pc.call.items.push(Item {
+                key: a.key.clone(),
+                params: a.params.as_ref().clone(),
+                enforce,
+                charge_rejected,
+                remote: fig,
+            }),
         }
+        pc.rules.push(i);
     }
-    Plan { applied, calls }
+    calls.truncate(used);
+    for pc in calls.iter_mut() {
+        pc.call.items.truncate(pc.rules.len());
+    }
 }
 
 /// Scales a rule's numbers for a per-daemon local bucket (`permille` of the original, at
@@ -279,9 +321,22 @@ impl Plan<'_> {
     /// Combines the answers (one per call, in order) into the decision.
     pub fn decide(&self, rules_version: u64, answers: &[Answer]) -> Decision {
         let mut d = Decision::unlimited(rules_version);
-        d.policies = Vec::with_capacity(self.applied.len());
+        self.decide_into(rules_version, answers, &mut d);
+        d
+    }
+
+    /// [`Plan::decide`] into `d`, overwriting it and reusing its vectors.
+    pub fn decide_into(&self, rules_version: u64, answers: &[Answer], d: &mut Decision) {
+        d.code = Code::Ok;
+        d.decided_by = None;
+        d.retry_after_ms = 0;
+        d.policies.clear();
+        d.policies.reserve(self.applied.len());
+        d.shadow_denied.clear();
+        d.rules_version = rules_version;
         let mut unavailable = false;
-        let mut longest: Option<(u64, Arc<str>)> = None;
+        // The longest wait so far and the index of its policy.
+        let mut longest: Option<(u64, usize)> = None;
         for (pc, ans) in self.calls.iter().zip(answers) {
             let mut local_i = 0;
             for (k, &ri) in pc.rules.iter().enumerate() {
@@ -338,19 +393,17 @@ impl Plan<'_> {
                 }
                 if !status.allowed
                     && status.via != Via::FailedClosed
-                    && longest
-                        .as_ref()
-                        .is_none_or(|(ms, _)| status.retry_after_ms > *ms)
+                    && longest.is_none_or(|(ms, _)| status.retry_after_ms > ms)
                 {
-                    longest = Some((status.retry_after_ms, status.id.clone()));
+                    longest = Some((status.retry_after_ms, d.policies.len()));
                 }
                 d.policies.push(status);
             }
         }
-        if let Some((ms, id)) = longest {
+        if let Some((ms, i)) = longest {
             d.code = Code::OverLimit;
             d.retry_after_ms = ms;
-            d.decided_by = Some(id);
+            d.decided_by = Some(d.policies[i].id.clone());
         } else if unavailable {
             d.code = Code::Unavailable;
             d.retry_after_ms = 1000;
@@ -360,7 +413,6 @@ impl Plan<'_> {
                 .find(|p| p.via == Via::FailedClosed)
                 .map(|p| p.id.clone());
         }
-        d
     }
 }
 

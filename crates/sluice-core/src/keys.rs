@@ -62,13 +62,20 @@ pub fn kind_of_code(c: u8) -> Option<Kind> {
 /// The key a rule with id `rule_id` and algorithm `kind` counts `identity` under.
 pub fn store_key(identity: &str, rule_id: &str, kind: Kind) -> String {
     let mut k = String::with_capacity(identity.len() + rule_id.len() + 8);
-    k.push_str("sl:{");
-    k.push_str(identity);
-    k.push_str("}:");
-    k.push(code(kind));
-    k.push(':');
-    k.push_str(rule_id);
+    store_key_into(&mut k, identity, rule_id, kind);
     k
+}
+
+/// [`store_key`] written into `out` (cleared first): a reused buffer makes the key without
+/// allocating, as the decision path does on every request.
+pub fn store_key_into(out: &mut String, identity: &str, rule_id: &str, kind: Kind) {
+    out.clear();
+    out.push_str("sl:{");
+    out.push_str(identity);
+    out.push_str("}:");
+    out.push(code(kind));
+    out.push(':');
+    out.push_str(rule_id);
 }
 
 /// Marks a sub-count's part in its identity (`|#<part>`).

@@ -170,15 +170,24 @@ pub struct Applied<'a> {
 /// reverses it).
 pub fn identity(domain: &str, key: &[String], d: &Descriptors) -> Option<String> {
     let mut out = String::with_capacity(domain.len() + 32);
-    push_escaped(&mut out, domain);
+    identity_into(&mut out, domain, key, d).then_some(out)
+}
+
+/// [`identity`] written into `out` (cleared first), so a reused buffer makes it without
+/// allocating; `false` when a key field is missing.
+fn identity_into(out: &mut String, domain: &str, key: &[String], d: &Descriptors) -> bool {
+    out.clear();
+    push_escaped(out, domain);
     for field in key {
-        let v = d.get(field)?;
+        let Some(v) = d.get(field) else {
+            return false;
+        };
         out.push('|');
         out.push_str(field);
         out.push('=');
-        push_escaped(&mut out, v);
+        push_escaped(out, v);
     }
-    Some(out)
+    true
 }
 
 pub use crate::keys::store_key;
@@ -200,31 +209,48 @@ fn matches(rule: &Rule, d: &Descriptors) -> bool {
 /// group only the most specific matching rule is kept (ties go to the rule listed first),
 /// before rollout and exemptions are considered.
 pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
+    let mut out = Vec::new();
+    applicable_into(domain, d, &mut out);
+    out
+}
+
+/// [`applicable`] into `out`, reusing its entries: their identity and key strings keep their
+/// buffers, so a request shaped like an earlier one allocates nothing. Entries past the
+/// rules that apply are dropped.
+pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Applied<'a>>) {
     let idx = &domain.index;
-    // Candidates, hits and groups are few: on the stack, not one allocation each per request.
-    let mut cand: SmallVec<[u32; 16]> = SmallVec::new();
-    cand.extend_from_slice(&idx.unanchored);
     // Descriptors are bounded (MAX_DESCRIPTORS), so their hashes fit on the stack.
     let mut hash_buf = [0u64; MAX_DESCRIPTORS];
     for (slot, (k, v)) in hash_buf.iter_mut().zip(d.iter()) {
         *slot = pair_hash(k, v);
     }
     let hashes = &hash_buf[..d.entries.len()];
-    for h in hashes {
+    // Every rule sits in one list of the index (its anchor's, or the unanchored), and distinct
+    // descriptors probe distinct lists: no candidate comes twice, so no sort and dedup of
+    // candidates, only of the few that hold. A hash two descriptors share (a collision) is
+    // probed once.
+    let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
+    let mut consider = |ids: &[u32]| {
+        for &i in ids {
+            if matches(&domain.rules[i as usize], d) {
+                hits.push(i);
+            }
+        }
+    };
+    consider(&idx.unanchored);
+    for (j, h) in hashes.iter().enumerate() {
+        if hashes[..j].contains(h) {
+            continue;
+        }
         if let Some(ids) = idx.rules.get(h) {
-            cand.extend_from_slice(ids);
+            consider(ids);
         }
     }
-    cand.sort_unstable();
-    cand.dedup();
-    let mut hits: SmallVec<[&Rule; 8]> = cand
-        .iter()
-        .map(|&i| &domain.rules[i as usize])
-        .filter(|r| matches(r, d))
-        .collect();
+    hits.sort_unstable();
+    let hits = hits.iter().map(|&i| &domain.rules[i as usize]);
     // Groups: keep the most specific; `hits` is in file order so the first wins ties.
     let mut best: SmallVec<[(&str, usize, &Rule); 4]> = SmallVec::new();
-    for r in &hits {
+    for r in hits.clone() {
         if let Some(g) = &r.group {
             match best.iter_mut().find(|(bg, _, _)| *bg == g.as_str()) {
                 Some(slot) if r.specificity() > slot.1 => *slot = (g, r.specificity(), r),
@@ -233,7 +259,7 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
             }
         }
     }
-    hits.retain(|r| match &r.group {
+    let kept = hits.filter(|r| match &r.group {
         None => true,
         Some(g) => best
             .iter()
@@ -257,42 +283,56 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
             .collect()
     };
     if ovs.iter().any(|o| o.exempt && o.rule.is_none()) {
-        return Vec::new();
+        out.clear();
+        return;
     }
 
-    let mut out: Vec<Applied<'a>> = Vec::with_capacity(hits.len());
-    for r in hits {
+    // `out[..n]` holds the rules applied so far; `out[n]`, when there, is a spare entry whose
+    // strings are overwritten.
+    let mut n = 0;
+    for r in kept {
         if r.mode == Mode::Off {
             continue;
         }
+        if n == out.len() {
+            out.push(Applied {
+                rule: r,
+                params: Cow::Borrowed(&r.params),
+                identity: String::new(),
+                key: String::new(),
+                split: None,
+            });
+        }
+        let (done, rest) = out.split_at_mut(n);
+        let a = &mut rest[0];
         // Rules usually share their key fields: an identity already applied is copied rather
         // than built again (one that was not applied, or is missing a field, is built again).
-        let ident = match out.iter().find(|a| a.rule.key == r.key) {
-            Some(a) => Some(a.identity.clone()),
-            None => identity(&domain.name, &r.key, d),
-        };
-        let Some(identity) = ident else {
-            continue;
-        };
-        if r.rollout_pct < 100 && rollout_bucket(&r.id, &identity) >= r.rollout_pct {
+        match done.iter().find(|a| a.rule.key == r.key) {
+            Some(prev) => {
+                a.identity.clear();
+                a.identity.push_str(&prev.identity);
+            }
+            None => {
+                if !identity_into(&mut a.identity, &domain.name, &r.key, d) {
+                    continue;
+                }
+            }
+        }
+        if r.rollout_pct < 100 && rollout_bucket(&r.id, &a.identity) >= r.rollout_pct {
             continue;
         }
         let ov = ovs.iter().find(|o| o.rule.as_deref() == Some(&*r.id));
-        let params = match ov {
+        a.params = match ov {
             Some(o) if o.exempt => continue,
             Some(o) => Cow::Owned(o.apply(&r.params)),
             None => Cow::Borrowed(&r.params),
         };
-        let key = store_key(&identity, &r.id, params.kind());
-        out.push(Applied {
-            rule: r,
-            params,
-            identity,
-            key,
-            split: None,
-        });
+        a.rule = r;
+        a.split = None;
+        crate::keys::store_key_into(&mut a.key, &a.identity, &r.id, a.params.kind());
+        n += 1;
     }
-    out
+    out.truncate(n);
 }
 
 /// Descriptors from `(key, value)` pairs that must be valid: how the crate's tests build a

@@ -1,12 +1,12 @@
 //! The 1,000-rule workload shared by the criterion bench (`benches/decide.rs`) and the
 //! callgrind example (`examples/decide_loop.rs`), so both measure the same thing.
 
-use sluice_core::batch::{Write, apply};
-use sluice_core::decision::{Answer, Decision, plan};
+use sluice_core::batch::{CallResult, Write, apply_reusing};
+use sluice_core::decision::{Answer, Decision, Plan, plan_into};
+use sluice_core::hash::{Keyed, KeyedMap};
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::Domain;
 use sluice_core::{Micros, Remote, State};
-use std::collections::HashMap;
 use std::hint::black_box;
 
 /// A rules file of `n` rules (routes × tiers, four algorithms) plus one grouped catch-all.
@@ -41,33 +41,74 @@ pub fn descriptors() -> Descriptors {
     .expect("valid descriptors")
 }
 
-/// One whole decision: plan, the batch arithmetic over `states` (as the memory store does),
-/// decide.
-pub fn decide_once(
-    dom: &Domain,
+/// What one decision's caller keeps across decisions: the plan, the answers and the
+/// decision are refilled in place, and the key states live in a map as the memory store's
+/// (hashed with [`Keyed`], updated in place).
+pub struct Scratch<'a> {
+    plan: Plan<'a>,
+    answers: Vec<Answer>,
+    cur: Vec<Option<State>>,
+    writes: Vec<Write>,
+    decision: Decision,
+    states: KeyedMap<String, State>,
+}
+
+impl Scratch<'_> {
+    /// Empty buffers and no key states.
+    pub fn new() -> Self {
+        Scratch {
+            plan: Plan::default(),
+            answers: Vec::new(),
+            cur: Vec::new(),
+            writes: Vec::new(),
+            decision: Decision::unlimited(0),
+            states: KeyedMap::with_hasher(Keyed::new(7)),
+        }
+    }
+}
+
+/// One whole decision: plan, the batch arithmetic over the key states (as the memory store
+/// does), decide.
+pub fn decide_once<'s, 'a>(
+    dom: &'a Domain,
     d: &Descriptors,
     now: Micros,
-    states: &mut HashMap<String, State>,
-) -> Decision {
-    let p = plan(dom, black_box(d), now, 1, "req", |_| Remote::default());
-    let answers: Vec<Answer> = p
-        .calls
-        .iter()
-        .map(|pc| {
-            let cur: Vec<_> = pc
-                .call
+    s: &'s mut Scratch<'a>,
+) -> &'s Decision {
+    plan_into(&mut s.plan, dom, black_box(d), now, 1, "req", |_| {
+        Remote::default()
+    });
+    let calls = &s.plan.calls;
+    s.answers.truncate(calls.len());
+    for (i, pc) in calls.iter().enumerate() {
+        s.cur.clear();
+        s.cur.extend(
+            pc.call
                 .items
                 .iter()
-                .map(|i| states.get(&i.key).cloned())
-                .collect();
-            let (r, w) = apply(&pc.call, &cur);
-            for (i, w) in pc.call.items.iter().zip(w) {
-                if let Write::Put(s, _) = w {
-                    states.insert(i.key.clone(), s);
+                .map(|it| s.states.get(&it.key).cloned()),
+        );
+        if i == s.answers.len() {
+            s.answers.push(Answer::Done(CallResult {
+                allowed: true,
+                outcomes: Vec::new(),
+            }));
+        }
+        let Answer::Done(r) = &mut s.answers[i] else {
+            unreachable!("only Done answers are kept")
+        };
+        apply_reusing(&pc.call, &s.cur, r, &mut s.writes);
+        for (it, w) in pc.call.items.iter().zip(s.writes.drain(..)) {
+            if let Write::Put(st, _) = w {
+                match s.states.get_mut(&it.key) {
+                    Some(slot) => *slot = st,
+                    None => {
+                        s.states.insert(it.key.clone(), st);
+                    }
                 }
             }
-            Answer::Done(r)
-        })
-        .collect();
-    p.decide(1, &answers)
+        }
+    }
+    s.plan.decide_into(1, &s.answers, &mut s.decision);
+    &s.decision
 }
