@@ -1,0 +1,71 @@
+//! What the layer is told: the domain, how to name a request, and what to do without an answer.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::{Extensions, HeaderName};
+
+use crate::ip::Cidr;
+use crate::route::Routes;
+
+/// What the layer does when the limiter cannot answer (unreachable, past its deadline, or an
+/// error status).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Forward the request as if allowed, and count it: an outage of the limiter is not an
+    /// outage of the API.
+    #[default]
+    Open,
+    /// Answer 503 with `Retry-After: 1`: for APIs where an unchecked request costs more than a
+    /// refused one.
+    Closed,
+}
+
+/// Reads the connection's peer address from a request's extensions.
+pub type PeerFn = fn(&Extensions) -> Option<IpAddr>;
+
+/// The default [`PeerFn`]: a [`SocketAddr`] extension, as a server's accept loop inserts it.
+/// axum's `ConnectInfo<SocketAddr>` needs its own function:
+/// `|e| e.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())`.
+pub fn socket_addr_extension(ext: &Extensions) -> Option<IpAddr> {
+    ext.get::<SocketAddr>().map(|a| a.ip())
+}
+
+/// The layer's configuration: [`Config::new`] with the defaults, then the public fields.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The rules' domain every check names.
+    pub domain: String,
+    /// Path templates for the `route` descriptor (fallback `*` by default).
+    pub routes: Routes,
+    /// A header carrying the API key (`x-api-key`); read before `Authorization`.
+    pub api_key_header: Option<HeaderName>,
+    /// Whether `Authorization: Bearer <token>` gives the API key when the header above does
+    /// not (default true).
+    pub bearer_api_key: bool,
+    /// A header carrying the client's tier. Set it only from a header the gateway itself
+    /// writes after authentication: a client can send any tier it likes.
+    pub tier_header: Option<HeaderName>,
+    /// Proxies whose `X-Forwarded-For` is believed (empty: the peer is always the client).
+    pub trusted_proxies: Vec<Cidr>,
+    /// Where the peer address comes from (default [`socket_addr_extension`]).
+    pub peer: PeerFn,
+    /// What to do when the limiter cannot answer.
+    pub failure: FailureMode,
+}
+
+impl Config {
+    /// A configuration for `domain`: no templates (every route `METHOD *`), API key from
+    /// `Authorization: Bearer`, no tier, no trusted proxies, failing open.
+    pub fn new(domain: impl Into<String>) -> Self {
+        Config {
+            domain: domain.into(),
+            routes: Routes::fallback_only("*"),
+            api_key_header: None,
+            bearer_api_key: true,
+            tier_header: None,
+            trusted_proxies: Vec::new(),
+            peer: socket_addr_extension,
+            failure: FailureMode::Open,
+        }
+    }
+}
