@@ -1,5 +1,6 @@
 //! What the layer is told: the domain, how to name a request, and what to do without an answer.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderName};
@@ -18,6 +19,31 @@ pub enum FailureMode {
     /// Answer 503 with `Retry-After: 1`: for APIs where an unchecked request costs more than a
     /// refused one.
     Closed,
+}
+
+/// Which allowed requests the layer sends a `Release` for when their response is done.
+///
+/// The daemon stamps every check with a `request_id`, concurrency rule or not, so releasing on
+/// every id costs a second call per request where no concurrency rule applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ReleaseFor {
+    /// Every allowed request with a `request_id`: never leaks a slot, whatever the rules.
+    #[default]
+    AnyRequestId,
+    /// Only when the decision names one of these rules (the domain's concurrency rules): one
+    /// call per request elsewhere. A concurrency rule missing from the set holds its slots to
+    /// their `timeout`.
+    Rules(HashSet<String>),
+}
+
+impl ReleaseFor {
+    /// Whether a decision naming `policies` is released.
+    pub fn wants<'a>(&self, mut policies: impl Iterator<Item = &'a str>) -> bool {
+        match self {
+            ReleaseFor::AnyRequestId => true,
+            ReleaseFor::Rules(ids) => policies.any(|p| ids.contains(p)),
+        }
+    }
 }
 
 /// Reads the connection's peer address from a request's extensions.
@@ -51,11 +77,14 @@ pub struct Config {
     pub peer: PeerFn,
     /// What to do when the limiter cannot answer.
     pub failure: FailureMode,
+    /// Which allowed requests are released when their response is done.
+    pub release: ReleaseFor,
 }
 
 impl Config {
     /// A configuration for `domain`: no templates (every route `METHOD *`), API key from
-    /// `Authorization: Bearer`, no tier, no trusted proxies, failing open.
+    /// `Authorization: Bearer`, no tier, no trusted proxies, failing open, releasing every
+    /// `request_id`.
     pub fn new(domain: impl Into<String>) -> Self {
         Config {
             domain: domain.into(),
@@ -66,6 +95,7 @@ impl Config {
             trusted_proxies: Vec::new(),
             peer: socket_addr_extension,
             failure: FailureMode::Open,
+            release: ReleaseFor::AnyRequestId,
         }
     }
 }

@@ -22,12 +22,26 @@ pub struct GrpcLimiter {
 
 impl GrpcLimiter {
     /// A client of `uri` (`http://10.0.0.5:8081`) with the default deadline. Connects on the
-    /// first call; must be called inside a tokio runtime.
+    /// first call, within that call's deadline (so the first checks may fail over to the
+    /// [`crate::FailureMode`]); must be called inside a tokio runtime.
     pub fn connect_lazy(uri: &str) -> Result<Self, CallError> {
         let endpoint = Endpoint::from_shared(uri.to_string())
             .map_err(|e| CallError::Refused(format!("bad limiter address {uri:?}: {e}")))?
             .tcp_nodelay(true);
         Ok(Self::new(endpoint.connect_lazy()))
+    }
+
+    /// A client of `uri`, connected before it returns: the first checks do not spend their
+    /// deadline on the TCP and HTTP/2 handshakes.
+    pub async fn connect(uri: &str) -> Result<Self, CallError> {
+        let endpoint = Endpoint::from_shared(uri.to_string())
+            .map_err(|e| CallError::Refused(format!("bad limiter address {uri:?}: {e}")))?
+            .tcp_nodelay(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| CallError::Unavailable(format!("connecting to {uri}: {e}")))?;
+        Ok(Self::new(channel))
     }
 
     /// A client on an existing channel, with the default deadline.

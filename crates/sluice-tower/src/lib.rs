@@ -33,7 +33,7 @@
 //! # Layout
 //!
 //! - [`config`]: [`Config`] (domain, templates, key/tier headers, trusted proxies) and
-//!   [`FailureMode`].
+//!   [`FailureMode`], [`ReleaseFor`].
 //! - [`route`]: [`Routes`], path templates to the `route` descriptor.
 //! - [`ip`]: [`Cidr`] and [`client_ip`], the peer or `X-Forwarded-For` behind trusted proxies.
 //! - [`descriptors`]: a request as the descriptors rules key on.
@@ -56,7 +56,7 @@ pub mod route;
 pub mod service;
 
 pub use body::{ReleaseGuard, SluiceBody};
-pub use config::{Config, FailureMode};
+pub use config::{Config, FailureMode, ReleaseFor};
 pub use fake::FakeLimiter;
 pub use grpc::GrpcLimiter;
 pub use ip::{Cidr, client_ip};

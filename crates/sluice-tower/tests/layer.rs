@@ -14,7 +14,8 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use sluice_proto::sluice::v1::{CheckResponse, Code, PolicyStatus};
 use sluice_tower::{
-    CallError, Config, FailureMode, FakeLimiter, GrpcLimiter, Limiter, Routes, SluiceLayer,
+    CallError, Config, FailureMode, FakeLimiter, GrpcLimiter, Limiter, ReleaseFor, Routes,
+    SluiceLayer,
 };
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -367,6 +368,41 @@ async fn the_slot_is_released_when_an_unfinished_body_is_dropped() {
 }
 
 #[tokio::test]
+async fn only_the_named_concurrency_rules_are_released() {
+    let fake = FakeLimiter::answering(allowed("req-4"));
+    let mut c = config();
+    c.release = ReleaseFor::Rules(["in-flight".to_string()].into());
+    let layer = SluiceLayer::new(c.clone(), fake.clone());
+    let resp = layer
+        .layer(service_fn(upstream_ok))
+        .oneshot(request())
+        .await
+        .expect("infallible");
+    drop(resp);
+    assert!(
+        fake.releases().is_empty(),
+        "no in-flight policy in the decision"
+    );
+    let mut held = allowed("req-5");
+    held.policies.push(PolicyStatus {
+        id: "in-flight".into(),
+        limit: 1,
+        window_s: 60,
+        remaining: 0,
+        reset_s: 60,
+    });
+    let fake = FakeLimiter::answering(held);
+    let layer = SluiceLayer::new(c, fake.clone());
+    let resp = layer
+        .layer(service_fn(upstream_ok))
+        .oneshot(request())
+        .await
+        .expect("infallible");
+    drop(resp);
+    assert_eq!(fake.releases().len(), 1);
+}
+
+#[tokio::test]
 async fn the_slot_is_released_when_the_upstream_fails() {
     let fake = FakeLimiter::answering(allowed("req-3"));
     let layer = SluiceLayer::new(config(), fake.clone());
@@ -426,4 +462,6 @@ async fn an_unreachable_limiter_is_a_retryable_error() {
         .expect_err("refused");
     assert!(matches!(err, CallError::Unavailable(_)), "{err:?}");
     assert!(err.is_retryable());
+    let eager = GrpcLimiter::connect(&format!("http://127.0.0.1:{port}")).await;
+    assert!(matches!(eager, Err(CallError::Unavailable(_))), "{eager:?}");
 }
