@@ -27,6 +27,7 @@ pub mod algo;
 pub mod batch;
 pub mod breaker;
 pub mod decision;
+pub mod edge;
 pub mod guard;
 pub mod hash;
 pub mod hotkeys;
