@@ -1,0 +1,218 @@
+//! The `sluice-gateway` binary between a real client, a real `sluiced` and an echoing
+//! upstream, all over loopback sockets: allowed requests reach the upstream and carry the
+//! RateLimit headers, the one past the limit is the 429, and with the daemon gone requests
+//! pass and `/metrics` counts them. Needs `cargo build -p sluiced --bins`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use sluice_testkit::{Daemon, Metrics, SluicedOnRules, TempDir, free_ports, http_request};
+
+const RULES: &str = r#"
+domain: gw
+rules:
+  - { id: per-key, match: { route: "GET /v1/users/{id}" }, key: [api_key], algorithm: fixed_window, limit: 2, window: 1h }
+"#;
+
+/// A start on a busy machine (debug builds).
+const READY: Duration = Duration::from_secs(20);
+
+/// An upstream on its own thread and runtime: echoes the request body and reports, in
+/// headers, the path, `X-Forwarded-For` and whether a hop-by-hop header got through.
+fn start_upstream() -> SocketAddr {
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+    std_listener.set_nonblocking(true).expect("nonblocking");
+    let addr = std_listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let h = req.headers();
+                    let xff = h
+                        .get("x-forwarded-for")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    let keep_alive = h.contains_key("keep-alive");
+                    let path = req.uri().path().to_string();
+                    let mut resp = Response::new(req.into_body());
+                    let out = resp.headers_mut();
+                    out.insert("x-echo-path", path.parse().expect("header"));
+                    out.insert("x-echo-xff", xff.parse().expect("header"));
+                    out.insert(
+                        "x-echo-keep-alive",
+                        if keep_alive { "seen" } else { "absent" }
+                            .parse()
+                            .expect("header"),
+                    );
+                    Ok::<_, Infallible>(resp)
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// The gateway binary and its addresses.
+struct Gateway {
+    daemon: Daemon,
+    listen: SocketAddr,
+    metrics: SocketAddr,
+    _dir: TempDir,
+}
+
+fn start_gateway(upstream: SocketAddr, sluiced: SocketAddr) -> Gateway {
+    let ports = free_ports(2);
+    let listen: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
+    let metrics: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
+    let dir = TempDir::new(&format!("gateway-{}", ports[0])).expect("temp dir");
+    let file = dir.path().join("gateway.yaml");
+    // A generous deadline: a debug daemon on a shared machine.
+    std::fs::write(
+        &file,
+        format!(
+            "domain: gw\ntemplates: [\"/v1/users/{{id}}\"]\ndeadline_ms: 5000\nfailure: open\nmetrics_addr: \"{metrics}\"\n"
+        ),
+    )
+    .expect("config file");
+    let mut daemon = Daemon::spawn(
+        env!("CARGO_BIN_EXE_sluice-gateway"),
+        &[
+            "--listen",
+            &listen.to_string(),
+            "--upstream",
+            &format!("http://{upstream}"),
+            "--sluiced",
+            &sluiced.to_string(),
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ],
+        &[("RUST_LOG", "info")],
+    )
+    .expect("gateway starts");
+    daemon
+        .wait_http_ok(metrics, "/healthz", READY)
+        .expect("gateway healthy");
+    Gateway {
+        daemon,
+        listen,
+        metrics,
+        _dir: dir,
+    }
+}
+
+fn get_user(gw: &Gateway, key: &str) -> sluice_testkit::HttpResponse {
+    let auth = format!("Bearer {key}");
+    http_request(
+        gw.listen,
+        "GET",
+        "/v1/users/42",
+        &[("authorization", &auth), ("keep-alive", "timeout=5")],
+        b"",
+    )
+    .expect("gateway answers")
+}
+
+#[test]
+fn allowed_requests_reach_the_upstream_and_the_one_past_the_limit_is_a_429() {
+    let sluiced =
+        SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
+    let upstream = start_upstream();
+    let gw = start_gateway(upstream, sluiced.grpc);
+
+    for remaining in [1, 0] {
+        let r = get_user(&gw, "k1");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-echo-path"), Some("/v1/users/42"));
+        assert_eq!(r.header("x-echo-xff"), Some("127.0.0.1"));
+        assert_eq!(r.header("x-echo-keep-alive"), Some("absent"));
+        assert_eq!(r.header("ratelimit-policy"), Some("\"per-key\";q=2;w=3600"));
+        let state = r.header("ratelimit").expect("RateLimit header");
+        assert!(
+            state.starts_with(&format!("\"per-key\";r={remaining};t=")),
+            "{state}"
+        );
+    }
+    // A body streams through to the upstream and back (a route no rule names).
+    let body = vec![b'x'; 256 * 1024];
+    let r = http_request(gw.listen, "POST", "/v1/upload", &[], &body).expect("gateway answers");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), body.len());
+
+    let r = get_user(&gw, "k1");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((1..=3600).contains(&retry), "{retry}");
+    assert!(r.header("ratelimit-policy").is_some(), "{:?}", r.headers);
+    assert!(r.header("ratelimit").is_some(), "{:?}", r.headers);
+    let problem: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["violated-policies"], serde_json::json!(["per-key"]));
+
+    let m = Metrics::scrape(gw.metrics).expect("metrics");
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"forwarded\"}"),
+        3
+    );
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"over_limit\"}"),
+        1
+    );
+    assert_eq!(m.count("sluice_gateway_check_duration_seconds_count"), 4);
+}
+
+#[test]
+fn with_sluiced_gone_requests_pass_and_are_counted_then_sigterm_exits_cleanly() {
+    let mut sluiced =
+        SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
+    let upstream = start_upstream();
+    let mut gw = start_gateway(upstream, sluiced.grpc);
+    assert_eq!(get_user(&gw, "k1").status, 200);
+
+    sluiced.daemon.kill().expect("sluiced killed");
+    for _ in 0..3 {
+        let r = get_user(&gw, "k1");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-echo-path"), Some("/v1/users/42"));
+        assert_eq!(
+            r.header("ratelimit"),
+            None,
+            "unchecked: no decision headers"
+        );
+    }
+    let m = Metrics::scrape(gw.metrics).expect("metrics");
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"failed_open\"}"),
+        3
+    );
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"forwarded\"}"),
+        1
+    );
+
+    let status = gw.daemon.terminate(READY).expect("exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
