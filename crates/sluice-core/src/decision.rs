@@ -209,7 +209,7 @@ pub fn plan_into<'a>(
 ) {
     let Plan { applied, calls } = p;
     applicable_into(domain, d, applied);
-    for a in applied.iter_mut() {
+    for a in applied.iter_mut().filter(|a| a.rule.hot_keys.split > 1) {
         crate::hotkeys::split::apply(a, request_id);
     }
     // `calls[..used]` are this plan's; the rest are spares whose buffers get overwritten.

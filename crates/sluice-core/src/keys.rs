@@ -78,6 +78,25 @@ pub fn store_key_into(out: &mut String, identity: &str, rule_id: &str, kind: Kin
     out.push_str(rule_id);
 }
 
+/// What a rule's store keys hold after the identity (`}:<code>:<rule id>`): the same for
+/// every identity, so matching makes it once per rule set ([`store_key_with_tail`]).
+pub fn key_tail(rule_id: &str, kind: Kind) -> String {
+    let mut t = String::with_capacity(rule_id.len() + 4);
+    t.push_str("}:");
+    t.push(code(kind));
+    t.push(':');
+    t.push_str(rule_id);
+    t
+}
+
+/// [`store_key_into`] with the rule's part made beforehand by [`key_tail`].
+pub fn store_key_with_tail(out: &mut String, identity: &str, tail: &str) {
+    out.clear();
+    out.push_str("sl:{");
+    out.push_str(identity);
+    out.push_str(tail);
+}
+
 /// Marks a sub-count's part in its identity (`|#<part>`).
 const PART: &str = "|#";
 
@@ -234,6 +253,12 @@ mod tests {
                 })
             );
             assert_eq!(kind_of_code(code(k) as u8), Some(k));
+            // The buffer-reusing forms make the same key, whatever the buffer held.
+            let mut out = String::from("stale");
+            store_key_with_tail(&mut out, "api|api_key=k:1", &key_tail("per-min:x", k));
+            assert_eq!(out, store_key("api|api_key=k:1", "per-min:x", k));
+            store_key_into(&mut out, "b", "r", k);
+            assert_eq!(out, store_key("b", "r", k));
         }
         let all: std::collections::BTreeSet<String> =
             KINDS.iter().map(|&k| store_key("a", "r", k)).collect();

@@ -8,8 +8,9 @@ use crate::keys::push_escaped;
 use crate::rules::{Domain, Mode, Override, Rule};
 use smallvec::SmallVec;
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+
+mod index;
+pub(crate) use index::Index;
 
 /// Most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 32;
@@ -75,79 +76,6 @@ impl Descriptors {
     }
 }
 
-/// Keys of the index are the stable hash of `(field, value)`: one probe per descriptor, no
-/// string comparison. A collision only adds a false candidate, which the full matcher check
-/// drops, so correctness never rests on the hash.
-type ValueIndex = HashMap<u64, Vec<u32>, BuildHasherDefault<PassThrough>>;
-
-/// The index keys are already well-mixed hashes: hashing them again would be wasted work.
-#[derive(Default)]
-pub(crate) struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-/// The index key of `(field, value)`. Only this process's index and lookups use it (built
-/// together from the same rule set), so it need not be stable across releases: foldhash with
-/// its fixed seed, several bytes at a time, rather than FNV's one.
-fn pair_hash(field: &str, value: &str) -> u64 {
-    use std::hash::BuildHasher;
-    foldhash::fast::FixedState::default().hash_one((field, value))
-}
-
-/// Rules and overrides indexed by their rarest exact `(field, value)`.
-#[derive(Debug, Default)]
-pub(crate) struct Index {
-    rules: ValueIndex,
-    unanchored: Vec<u32>,
-    overrides: ValueIndex,
-}
-
-impl Index {
-    pub(crate) fn build(rules: &[Rule], overrides: &[Override]) -> Index {
-        let mut freq: HashMap<(&str, &str), usize> = HashMap::new();
-        for r in rules {
-            for (k, v) in &r.matchers {
-                if let Some(v) = v {
-                    *freq.entry((k, v)).or_default() += 1;
-                }
-            }
-        }
-        let mut idx = Index::default();
-        for (i, r) in rules.iter().enumerate() {
-            let anchor = r
-                .matchers
-                .iter()
-                .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v.as_str())))
-                .min_by_key(|kv| freq.get(kv).copied().unwrap_or(0));
-            match anchor {
-                Some((k, v)) => idx.rules.entry(pair_hash(k, v)).or_default().push(i as u32),
-                None => idx.unanchored.push(i as u32),
-            }
-        }
-        for (i, o) in overrides.iter().enumerate() {
-            if let Some((k, v)) = o.identity.iter().next() {
-                idx.overrides
-                    .entry(pair_hash(k, v))
-                    .or_default()
-                    .push(i as u32);
-            }
-        }
-        idx
-    }
-}
-
 /// A rule that applies to a request, with what it counts against.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Applied<'a> {
@@ -173,10 +101,7 @@ pub fn identity(domain: &str, key: &[String], d: &Descriptors) -> Option<String>
     identity_into(&mut out, domain, key, d).then_some(out)
 }
 
-/// [`identity`] written into `out` (cleared first), so a reused buffer makes it without
-/// allocating; `false` when a key field is missing.
 fn identity_into(out: &mut String, domain: &str, key: &[String], d: &Descriptors) -> bool {
-    out.clear();
     push_escaped(out, domain);
     for field in key {
         let Some(v) = d.get(field) else {
@@ -191,16 +116,6 @@ fn identity_into(out: &mut String, domain: &str, key: &[String], d: &Descriptors
 }
 
 pub use crate::keys::store_key;
-
-fn matches(rule: &Rule, d: &Descriptors) -> bool {
-    rule.matchers
-        .iter()
-        .all(|(k, want)| match (d.get(k), want) {
-            (Some(v), Some(w)) => v == w,
-            (Some(_), None) => true,
-            (None, _) => false,
-        })
-}
 
 /// Every rule that applies to `d`, in file order.
 ///
@@ -219,78 +134,43 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
 /// rules that apply are dropped.
 pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Applied<'a>>) {
     let idx = &domain.index;
-    // Descriptors are bounded (MAX_DESCRIPTORS), so their hashes fit on the stack.
-    let mut hash_buf = [0u64; MAX_DESCRIPTORS];
-    for (slot, (k, v)) in hash_buf.iter_mut().zip(d.iter()) {
-        *slot = pair_hash(k, v);
-    }
-    let hashes = &hash_buf[..d.entries.len()];
-    // Every rule sits in one list of the index (its anchor's, or the unanchored), and distinct
-    // descriptors probe distinct lists: no candidate comes twice, so no sort and dedup of
-    // candidates, only of the few that hold. A hash two descriptors share (a collision) is
-    // probed once.
-    let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
-    let mut consider = |ids: &[u32]| {
-        for &i in ids {
-            if matches(&domain.rules[i as usize], d) {
-                hits.push(i);
-            }
-        }
-    };
-    consider(&idx.unanchored);
-    for (j, h) in hashes.iter().enumerate() {
-        if hashes[..j].contains(h) {
-            continue;
-        }
-        if let Some(ids) = idx.rules.get(h) {
-            consider(ids);
-        }
-    }
-    hits.sort_unstable();
-    let hits = hits.iter().map(|&i| &domain.rules[i as usize]);
+    let seen = idx.seen(d);
+    let hits = idx.hits(&seen);
+    let hits = hits
+        .iter()
+        .map(|&i| (i as usize, &domain.rules[i as usize]));
     // Groups: keep the most specific; `hits` is in file order so the first wins ties.
-    let mut best: SmallVec<[(&str, usize, &Rule); 4]> = SmallVec::new();
-    for r in hits.clone() {
+    let mut best: SmallVec<[(&str, usize, usize); 4]> = SmallVec::new();
+    for (i, r) in hits.clone() {
         if let Some(g) = &r.group {
             match best.iter_mut().find(|(bg, _, _)| *bg == g.as_str()) {
-                Some(slot) if r.specificity() > slot.1 => *slot = (g, r.specificity(), r),
+                Some(slot) if r.specificity() > slot.1 => *slot = (g, r.specificity(), i),
                 Some(_) => {}
-                None => best.push((g, r.specificity(), r)),
+                None => best.push((g, r.specificity(), i)),
             }
         }
     }
-    let kept = hits.filter(|r| match &r.group {
+    let kept = hits.filter(|(i, r)| match &r.group {
         None => true,
-        Some(g) => best
-            .iter()
-            .any(|(bg, _, br)| bg == g && std::ptr::eq(*br, *r)),
+        Some(g) => best.iter().any(|(bg, _, bi)| bg == g && bi == i),
     });
 
-    let ovs: SmallVec<[&Override; 4]> = if idx.overrides.is_empty() {
-        SmallVec::new()
-    } else {
-        let mut ids: SmallVec<[u32; 8]> = SmallVec::new();
-        for h in hashes {
-            if let Some(o) = idx.overrides.get(h) {
-                ids.extend_from_slice(o);
-            }
-        }
-        ids.sort_unstable();
-        ids.dedup();
-        ids.iter()
-            .map(|&i| &domain.overrides[i as usize])
-            .filter(|o| o.identity.iter().all(|(k, v)| d.get(k) == Some(v.as_str())))
-            .collect()
-    };
+    let ids = idx.override_candidates(&seen);
+    let ovs: SmallVec<[&Override; 4]> = ids
+        .iter()
+        .map(|&i| &domain.overrides[i as usize])
+        .filter(|o| o.identity.iter().all(|(k, v)| d.get(k) == Some(v.as_str())))
+        .collect();
     if ovs.iter().any(|o| o.exempt && o.rule.is_none()) {
         out.clear();
         return;
     }
 
-    // `out[..n]` holds the rules applied so far; `out[n]`, when there, is a spare entry whose
-    // strings are overwritten.
+    // `out[..n]` holds the rules applied so far (rule `applied[k]` in `out[k]`); `out[n]`,
+    // when there, is a spare entry whose strings are overwritten.
     let mut n = 0;
-    for r in kept {
+    let mut applied: SmallVec<[usize; 8]> = SmallVec::new();
+    for (i, r) in kept {
         if r.mode == Mode::Off {
             continue;
         }
@@ -307,13 +187,13 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
         let a = &mut rest[0];
         // Rules usually share their key fields: an identity already applied is copied rather
         // than built again (one that was not applied, or is missing a field, is built again).
-        match done.iter().find(|a| a.rule.key == r.key) {
-            Some(prev) => {
+        match applied.iter().position(|&j| idx.same_key(i, j)) {
+            Some(k) => {
                 a.identity.clear();
-                a.identity.push_str(&prev.identity);
+                a.identity.push_str(&done[k].identity);
             }
             None => {
-                if !identity_into(&mut a.identity, &domain.name, &r.key, d) {
+                if !idx.identity_into(&mut a.identity, i, d, &seen) {
                     continue;
                 }
             }
@@ -329,7 +209,12 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
         };
         a.rule = r;
         a.split = None;
-        crate::keys::store_key_into(&mut a.key, &a.identity, &r.id, a.params.kind());
+        if a.params.kind() == r.params.kind() {
+            crate::keys::store_key_with_tail(&mut a.key, &a.identity, idx.key_tail(i));
+        } else {
+            crate::keys::store_key_into(&mut a.key, &a.identity, &r.id, a.params.kind());
+        }
+        applied.push(i);
         n += 1;
     }
     out.truncate(n);
@@ -467,5 +352,33 @@ overrides:
             identity("x", &["u".into()], &d).as_deref(),
             Some("x|u=a%7Db%7Cc%3Dd%25")
         );
+    }
+
+    #[test]
+    fn applied_identities_and_keys_are_made_as_identity_and_store_key_make_them() {
+        let set = parse_yaml(
+            r#"
+domain: "a|b{c}"
+rules:
+  - { id: two, match: { tier: "*" }, key: [u, tier], algorithm: gcra, rate_per_s: 1, burst: 1 }
+  - { id: one, key: [u], algorithm: fixed_window, limit: 1, window: 1s }
+  - { id: one-again, key: [u], algorithm: token_bucket, rate_per_s: 1, burst: 1 }
+  - { id: missing, key: [absent], algorithm: fixed_window, limit: 1, window: 1s }
+"#,
+        )
+        .expect("valid");
+        let dom = set.domain("a|b{c}").expect("domain");
+        let d = desc(&[("tier", "=%"), ("u", "a}b|c")]);
+        // Into a reused vector that held more entries (longer strings) than this request needs.
+        let mut out = applicable(dom, &desc(&[("tier", "x".repeat(40).as_str()), ("u", "y")]));
+        out.push(out[0].clone());
+        applicable_into(dom, &d, &mut out);
+        assert_eq!(ids(&out), ["two", "one", "one-again"]);
+        for a in &out {
+            let want = identity(&dom.name, &a.rule.key, &d).expect("key fields present");
+            assert_eq!(a.identity, want);
+            assert_eq!(a.key, store_key(&want, &a.rule.id, a.params.kind()));
+        }
+        assert_eq!(out[1].identity, "a%7Cb%7Bc%7D|u=a%7Db%7Cc");
     }
 }

@@ -1,12 +1,14 @@
 //! The 1,000-rule workload shared by the criterion bench (`benches/decide.rs`) and the
 //! callgrind example (`examples/decide_loop.rs`), so both measure the same thing.
 
+use hashbrown::HashTable;
 use sluice_core::batch::{CallResult, Write, apply_reusing};
 use sluice_core::decision::{Answer, Decision, Plan, plan_into};
-use sluice_core::hash::{Keyed, KeyedMap};
+use sluice_core::hash::Keyed;
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::Domain;
 use sluice_core::{Micros, Remote, State};
+use std::hash::BuildHasher;
 use std::hint::black_box;
 
 /// A rules file of `n` rules (routes × tiers, four algorithms) plus one grouped catch-all.
@@ -42,15 +44,17 @@ pub fn descriptors() -> Descriptors {
 }
 
 /// What one decision's caller keeps across decisions: the plan, the answers and the
-/// decision are refilled in place, and the key states live in a map as the memory store's
-/// (hashed with [`Keyed`], updated in place).
+/// decision are refilled in place, and the key states live in a table as the memory store's
+/// (hashed with [`Keyed`], each key once per call, updated in place).
 pub struct Scratch<'a> {
     plan: Plan<'a>,
     answers: Vec<Answer>,
     cur: Vec<Option<State>>,
+    hashes: Vec<u64>,
     writes: Vec<Write>,
     decision: Decision,
-    states: KeyedMap<String, State>,
+    states: HashTable<(String, State)>,
+    hasher: Keyed,
 }
 
 impl Scratch<'_> {
@@ -60,9 +64,11 @@ impl Scratch<'_> {
             plan: Plan::default(),
             answers: Vec::new(),
             cur: Vec::new(),
+            hashes: Vec::new(),
             writes: Vec::new(),
             decision: Decision::unlimited(0),
-            states: KeyedMap::with_hasher(Keyed::new(7)),
+            states: HashTable::new(),
+            hasher: Keyed::new(7),
         }
     }
 }
@@ -82,12 +88,13 @@ pub fn decide_once<'s, 'a>(
     s.answers.truncate(calls.len());
     for (i, pc) in calls.iter().enumerate() {
         s.cur.clear();
-        s.cur.extend(
-            pc.call
-                .items
-                .iter()
-                .map(|it| s.states.get(&it.key).cloned()),
-        );
+        s.hashes.clear();
+        for it in &pc.call.items {
+            let h = s.hasher.hash_one(it.key.as_str());
+            s.hashes.push(h);
+            let st = s.states.find(h, |(k, _)| *k == it.key);
+            s.cur.push(st.map(|(_, st)| st.clone()));
+        }
         if i == s.answers.len() {
             s.answers.push(Answer::Done(CallResult {
                 allowed: true,
@@ -98,12 +105,16 @@ pub fn decide_once<'s, 'a>(
             unreachable!("only Done answers are kept")
         };
         apply_reusing(&pc.call, &s.cur, r, &mut s.writes);
-        for (it, w) in pc.call.items.iter().zip(s.writes.drain(..)) {
+        let puts = pc.call.items.iter().zip(&s.hashes).zip(s.writes.drain(..));
+        for ((it, &h), w) in puts {
             if let Write::Put(st, _) = w {
-                match s.states.get_mut(&it.key) {
-                    Some(slot) => *slot = st,
+                match s.states.find_mut(h, |(k, _)| *k == it.key) {
+                    Some((_, slot)) => *slot = st,
                     None => {
-                        s.states.insert(it.key.clone(), st);
+                        let hasher = &s.hasher;
+                        s.states.insert_unique(h, (it.key.clone(), st), |(k, _)| {
+                            hasher.hash_one(k.as_str())
+                        });
                     }
                 }
             }

@@ -164,7 +164,7 @@ impl PartialEq for Domain {
 impl Domain {
     /// Builds and indexes a domain from validated parts.
     pub fn new(name: String, rules: Vec<Rule>, overrides: Vec<Override>) -> Domain {
-        let index = Index::build(&rules, &overrides);
+        let index = Index::build(&name, &rules, &overrides);
         Domain {
             name,
             rules,

@@ -1,0 +1,413 @@
+//! A domain's rules and overrides indexed for matching, so a request costs a few probes and
+//! integer comparisons rather than a scan over every rule and its strings.
+//!
+//! Field names and exact `(field, value)` pairs are numbered when the rule set is built. A
+//! request's descriptors are turned into those numbers once ([`Seen`]): a name compared
+//! against the few fields, a pair found by its hash and then compared as a string, once per
+//! descriptor. Each rule's matchers are numbers too, so checking a candidate compares
+//! integers only. Each rule sits in exactly one candidate list, its rarest exact pair's (or
+//! the unanchored one).
+
+use super::{Descriptors, MAX_DESCRIPTORS};
+use crate::rules::{Override, Rule};
+use smallvec::SmallVec;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+
+/// The keys of [`Index::by_hash`] are already well-mixed hashes: hashing them again would be
+/// wasted work.
+#[derive(Default)]
+pub(crate) struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// The hash of a pair: its field's number and its value. Only this process's index and
+/// lookups use it (built together from the same rule set), so it need not be stable across
+/// releases: foldhash with its fixed seed. A collision only puts two pairs under one hash;
+/// the value is compared before a pair counts as seen, so correctness never rests on it.
+fn pair_hash(field: u32, value: &str) -> u64 {
+    foldhash::fast::FixedState::default().hash_one((field, value))
+}
+
+/// Past this many fields of one length a name is looked up in a map instead of compared with
+/// each.
+const SCAN_FIELDS: usize = 8;
+
+/// One matcher of a rule, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Matcher {
+    /// The pair must be among the descriptors.
+    Exact(u32),
+    /// The field must be among the descriptors, with any value (`"*"`).
+    Present(u32),
+}
+
+/// An exact `(field, value)` some rule or override asks for, and who is indexed under it.
+#[derive(Debug)]
+struct Pair {
+    field: u32,
+    value: String,
+    /// Rules whose rarest exact pair this is, in file order.
+    rules: Vec<u32>,
+    /// Overrides whose first identity entry this is, in file order.
+    overrides: Vec<u32>,
+}
+
+/// Rules and overrides indexed by their rarest exact `(field, value)`.
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    /// Every field a matcher or an override names, by number.
+    fields: Vec<String>,
+    /// Per name length: the fields of that length (a name is compared only with those).
+    by_len: Vec<SmallVec<[u32; 2]>>,
+    /// `fields` by name, when more than [`SCAN_FIELDS`] share a length.
+    field_map: Option<HashMap<String, u32, foldhash::fast::FixedState>>,
+    /// Per field: whether some pair has it (else its descriptors are not hashed).
+    paired: Vec<bool>,
+    pairs: Vec<Pair>,
+    /// Pair numbers by [`pair_hash`]; more than one only on a collision.
+    by_hash: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<PassThrough>>,
+    /// Rules without an exact matcher, in file order.
+    unanchored: Vec<u32>,
+    /// Per rule, its matchers.
+    matchers: Vec<Box<[Matcher]>>,
+    /// Per rule: what its store keys hold after the identity ([`crate::keys::key_tail`]).
+    key_tails: Vec<Box<str>>,
+    /// Per rule: the numbers of its key fields, in order.
+    key_fields: Vec<Box<[u32]>>,
+    /// The domain name escaped: how every identity begins.
+    domain: String,
+    has_overrides: bool,
+}
+
+/// What one request's descriptors are in the index's numbers.
+pub(crate) struct Seen {
+    /// Field numbers of the descriptors whose name the index knows.
+    fields: [u32; MAX_DESCRIPTORS],
+    /// Which descriptor each of `fields` is.
+    at: [u8; MAX_DESCRIPTORS],
+    n_fields: usize,
+    /// Pair numbers of the descriptors that are a pair of the index (one pair each at most).
+    pairs: [u32; MAX_DESCRIPTORS],
+    n_pairs: usize,
+}
+
+impl Seen {
+    fn fields(&self) -> &[u32] {
+        &self.fields[..self.n_fields]
+    }
+
+    fn pairs(&self) -> &[u32] {
+        &self.pairs[..self.n_pairs]
+    }
+
+    /// Which descriptor field `f` is, if the request has it.
+    fn position(&self, f: u32) -> Option<usize> {
+        self.fields()
+            .iter()
+            .position(|&x| x == f)
+            .map(|k| usize::from(self.at[k]))
+    }
+}
+
+impl Index {
+    pub(crate) fn build(domain: &str, rules: &[Rule], overrides: &[Override]) -> Index {
+        let mut domain_escaped = String::new();
+        crate::keys::push_escaped(&mut domain_escaped, domain);
+        let mut idx = Index {
+            has_overrides: !overrides.is_empty(),
+            domain: domain_escaped,
+            ..Index::default()
+        };
+        let mut freq: HashMap<(&str, &str), usize> = HashMap::new();
+        for r in rules {
+            for (k, v) in &r.matchers {
+                if let Some(v) = v {
+                    *freq.entry((k, v)).or_default() += 1;
+                }
+            }
+        }
+        for (i, r) in rules.iter().enumerate() {
+            let anchor = r
+                .matchers
+                .iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v.as_str())))
+                .min_by_key(|kv| freq.get(kv).copied().unwrap_or(0));
+            match anchor {
+                Some((k, v)) => {
+                    let p = idx.pair(k, v);
+                    idx.pairs[p as usize].rules.push(i as u32);
+                }
+                None => idx.unanchored.push(i as u32),
+            }
+            let ms: Box<[Matcher]> = r
+                .matchers
+                .iter()
+                .map(|(k, v)| match v {
+                    Some(v) => Matcher::Exact(idx.pair(k, v)),
+                    None => Matcher::Present(idx.field(k)),
+                })
+                .collect();
+            idx.matchers.push(ms);
+            idx.key_tails
+                .push(crate::keys::key_tail(&r.id, r.params.kind()).into());
+            let kf: Box<[u32]> = r.key.iter().map(|k| idx.field(k)).collect();
+            idx.key_fields.push(kf);
+        }
+        for (i, o) in overrides.iter().enumerate() {
+            if let Some((k, v)) = o.identity.iter().next() {
+                let p = idx.pair(k, v);
+                idx.pairs[p as usize].overrides.push(i as u32);
+            }
+        }
+        for (i, f) in idx.fields.iter().enumerate() {
+            if idx.by_len.len() <= f.len() {
+                idx.by_len.resize_with(f.len() + 1, SmallVec::new);
+            }
+            idx.by_len[f.len()].push(i as u32);
+        }
+        if idx.by_len.iter().any(|b| b.len() > SCAN_FIELDS) {
+            let map = idx
+                .fields
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (f.clone(), i as u32))
+                .collect();
+            idx.field_map = Some(map);
+        }
+        idx
+    }
+
+    /// The number of field `k`, numbering it if new.
+    fn field(&mut self, k: &str) -> u32 {
+        match self.fields.iter().position(|f| f == k) {
+            Some(i) => i as u32,
+            None => {
+                self.fields.push(k.to_string());
+                self.paired.push(false);
+                (self.fields.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The number of pair `(k, v)`, numbering it if new.
+    fn pair(&mut self, k: &str, v: &str) -> u32 {
+        let field = self.field(k);
+        self.paired[field as usize] = true;
+        let h = pair_hash(field, v);
+        let ids = self.by_hash.entry(h).or_default();
+        if let Some(&p) = ids.iter().find(|&&p| {
+            let pair = &self.pairs[p as usize];
+            pair.field == field && pair.value == v
+        }) {
+            return p;
+        }
+        let p = self.pairs.len() as u32;
+        ids.push(p);
+        self.pairs.push(Pair {
+            field,
+            value: v.to_string(),
+            rules: Vec::new(),
+            overrides: Vec::new(),
+        });
+        p
+    }
+
+    /// The number of a descriptor name, if a matcher or override names it.
+    fn field_of(&self, name: &str) -> Option<u32> {
+        match &self.field_map {
+            Some(m) => m.get(name).copied(),
+            None => self
+                .by_len
+                .get(name.len())?
+                .iter()
+                .copied()
+                .find(|&f| self.fields[f as usize] == name),
+        }
+    }
+
+    /// `d` in the index's numbers.
+    pub(crate) fn seen(&self, d: &Descriptors) -> Seen {
+        let mut s = Seen {
+            fields: [0; MAX_DESCRIPTORS],
+            at: [0; MAX_DESCRIPTORS],
+            n_fields: 0,
+            pairs: [0; MAX_DESCRIPTORS],
+            n_pairs: 0,
+        };
+        for (j, (k, v)) in d.entries.iter().enumerate() {
+            let Some(f) = self.field_of(k) else {
+                continue;
+            };
+            s.fields[s.n_fields] = f;
+            // MAX_DESCRIPTORS fits a byte.
+            s.at[s.n_fields] = j as u8;
+            s.n_fields += 1;
+            if !self.paired[f as usize] {
+                continue;
+            }
+            let Some(ids) = self.by_hash.get(&pair_hash(f, v)) else {
+                continue;
+            };
+            // Distinct names: at most one pair per descriptor, none seen twice.
+            if let Some(&p) = ids.iter().find(|&&p| {
+                let pair = &self.pairs[p as usize];
+                pair.field == f && pair.value == *v
+            }) {
+                s.pairs[s.n_pairs] = p;
+                s.n_pairs += 1;
+            }
+        }
+        s
+    }
+
+    /// The rules whose matchers all hold, in file order (as indices into the rules).
+    // `contains`' chunked search costs more than a plain loop on a few elements: 100
+    // instructions a decision on the bench workload.
+    #[allow(clippy::manual_contains)]
+    pub(crate) fn hits(&self, s: &Seen) -> SmallVec<[u32; 8]> {
+        let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
+        // Each rule is in one list and the seen pairs are distinct: no rule comes twice.
+        let lists = s.pairs().iter().map(|&p| &self.pairs[p as usize].rules);
+        for ids in std::iter::once(&self.unanchored).chain(lists) {
+            for &i in ids {
+                let holds = self.matchers[i as usize].iter().all(|m| match *m {
+                    Matcher::Exact(p) => s.pairs().iter().any(|&x| x == p),
+                    Matcher::Present(f) => s.fields().iter().any(|&x| x == f),
+                });
+                if holds {
+                    hits.push(i);
+                }
+            }
+        }
+        hits.sort_unstable();
+        hits
+    }
+
+    /// Rule `i`'s identity for `d` into `out` (cleared first): the escaped domain, then
+    /// `|field=value` per key field ([`super::identity`]); `false` when a key field is
+    /// missing.
+    pub(crate) fn identity_into(
+        &self,
+        out: &mut String,
+        i: usize,
+        d: &Descriptors,
+        s: &Seen,
+    ) -> bool {
+        out.clear();
+        out.push_str(&self.domain);
+        for &f in self.key_fields[i].iter() {
+            let Some(j) = s.position(f) else {
+                return false;
+            };
+            let (k, v) = &d.entries[j];
+            out.push('|');
+            out.push_str(k);
+            out.push('=');
+            crate::keys::push_escaped(out, v);
+        }
+        true
+    }
+
+    /// Whether rules `i` and `j` have the same key fields (so the same identity).
+    pub(crate) fn same_key(&self, i: usize, j: usize) -> bool {
+        self.key_fields[i] == self.key_fields[j]
+    }
+
+    /// The overrides that may hold (their first identity entry is among the descriptors), in
+    /// file order; the caller checks the rest of each identity.
+    pub(crate) fn override_candidates(&self, s: &Seen) -> SmallVec<[u32; 8]> {
+        let mut ids: SmallVec<[u32; 8]> = SmallVec::new();
+        if self.has_overrides {
+            for &p in s.pairs() {
+                ids.extend_from_slice(&self.pairs[p as usize].overrides);
+            }
+            ids.sort_unstable();
+        }
+        ids
+    }
+
+    /// What rule `i`'s store keys hold after the identity.
+    pub(crate) fn key_tail(&self, i: usize) -> &str {
+        &self.key_tails[i]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::matching::desc;
+    use crate::rules::{Rule, parse_yaml};
+    use proptest::prelude::*;
+
+    /// The definition the index must agree with: every matcher compared as strings.
+    fn matches(rule: &Rule, d: &crate::matching::Descriptors) -> bool {
+        rule.matchers
+            .iter()
+            .all(|(k, want)| match (d.get(k), want) {
+                (Some(v), Some(w)) => v == w,
+                (Some(_), None) => true,
+                (None, _) => false,
+            })
+    }
+
+    /// A matcher per field: absent, `"*"` or one of two values.
+    fn matcher() -> impl Strategy<Value = Option<Option<&'static str>>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(None)),
+            Just(Some(Some("x"))),
+            Just(Some(Some("y")))
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn hits_are_the_rules_whose_matchers_hold(
+            rules in prop::collection::vec(prop::collection::vec(matcher(), 3), 1..12),
+            values in prop::collection::vec(
+                prop_oneof![Just(None), Just(Some("x")), Just(Some("y")), Just(Some("z"))],
+                4,
+            ),
+        ) {
+            let fields = ["a", "b", "c"];
+            let mut y = String::from("domain: t\nrules:\n");
+            for (i, ms) in rules.iter().enumerate() {
+                let m: Vec<String> = fields
+                    .iter()
+                    .zip(ms)
+                    .filter_map(|(f, m)| m.map(|v| format!("{f}: \"{}\"", v.unwrap_or("*"))))
+                    .collect();
+                let m = if m.is_empty() { String::new() } else { format!("match: {{ {} }}, ", m.join(", ")) };
+                y.push_str(&format!(
+                    "  - {{ id: r{i}, {m}key: [k], algorithm: fixed_window, limit: 1, window: 1s }}\n"
+                ));
+            }
+            let set = parse_yaml(&y).expect("valid rules");
+            let dom = set.domain("t").expect("domain");
+            // A fourth name no rule mentions.
+            let pairs: Vec<(&str, &str)> = ["a", "b", "c", "d"]
+                .iter()
+                .zip(&values)
+                .filter_map(|(f, v)| v.map(|v| (*f, v)))
+                .collect();
+            let d = desc(&pairs);
+            let want: Vec<u32> = (0..dom.rules.len() as u32)
+                .filter(|&i| matches(&dom.rules[i as usize], &d))
+                .collect();
+            let got = dom.index.hits(&dom.index.seen(&d));
+            prop_assert_eq!(got.as_slice(), want.as_slice(), "{}", y);
+        }
+    }
+}
