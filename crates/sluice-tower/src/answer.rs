@@ -99,6 +99,19 @@ pub fn too_many_requests(resp: &CheckResponse) -> Response<Bytes> {
     out
 }
 
+/// The edge guard's 429 for a client over its coarse flood rate: `Retry-After` in whole
+/// seconds, no caching, an RFC 9457 body naming no policy (the rate is the gateway's own).
+pub fn flood_refusal(retry_after_ms: u64) -> Response<Bytes> {
+    let secs = retry_after_secs(retry_after_ms);
+    let body = serde_json::json!({
+        "type": QUOTA_EXCEEDED,
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": format!("too many requests from this client; retry in {secs} s"),
+    });
+    problem(StatusCode::TOO_MANY_REQUESTS, body, secs)
+}
+
 /// The 503 when a request cannot be decided (`UNAVAILABLE`, or the limiter is down and the
 /// layer fails closed): `Retry-After: 1`, no caching, an RFC 9457 body.
 pub fn service_unavailable(detail: &str) -> Response<Bytes> {

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderName};
 
+use crate::edge::EdgeOptions;
 use crate::ip::Cidr;
 use crate::route::Routes;
 
@@ -79,12 +80,15 @@ pub struct Config {
     pub failure: FailureMode,
     /// Which allowed requests are released when their response is done.
     pub release: ReleaseFor,
+    /// The edge guard before each daemon call: refusals remembered until their retry time
+    /// (on), a coarse flood bucket per client (off unless set).
+    pub edge: EdgeOptions,
 }
 
 impl Config {
     /// A configuration for `domain`: no templates (every route `METHOD *`), API key from
     /// `Authorization: Bearer`, no tier, no trusted proxies, failing open, releasing every
-    /// `request_id`.
+    /// `request_id`, remembering refusals, no flood bucket.
     pub fn new(domain: impl Into<String>) -> Self {
         Config {
             domain: domain.into(),
@@ -96,6 +100,7 @@ impl Config {
             peer: socket_addr_extension,
             failure: FailureMode::Open,
             release: ReleaseFor::AnyRequestId,
+            edge: EdgeOptions::default(),
         }
     }
 }

@@ -27,8 +27,9 @@
 //! # drop(service); Ok(()) }
 //! ```
 //!
-//! Not yet: the edge guard (a local pre-filter before the daemon call) and the
-//! `sluice-gateway` reverse proxy binary built on this layer.
+//! Before each daemon call, the edge guard ([`edge`]) answers two cases itself: an identity
+//! the daemon refused, until the refusal's retry time, and a client over a coarse flood rate
+//! (off unless configured).
 //!
 //! # Layout
 //!
@@ -40,6 +41,7 @@
 //! - [`limiter`]: the [`Limiter`] seam and [`CallError`].
 //! - [`grpc`]: [`GrpcLimiter`], the seam over tonic with a per-call deadline (3 ms default).
 //! - [`fake`]: [`FakeLimiter`], in memory, for tests.
+//! - [`edge`]: [`EdgeOptions`], the refusal memory and flood bucket of the core's guard.
 //! - [`answer`]: the 429 and 503 answers and the decision's headers.
 //! - [`body`]: [`SluiceBody`] and the [`ReleaseGuard`] riding in it.
 //! - [`service`]: [`SluiceLayer`], [`SluiceService`] and their [`Stats`].
@@ -48,6 +50,7 @@ pub mod answer;
 pub mod body;
 pub mod config;
 pub mod descriptors;
+pub mod edge;
 pub mod fake;
 pub mod grpc;
 pub mod ip;
@@ -57,6 +60,7 @@ pub mod service;
 
 pub use body::{ReleaseGuard, SluiceBody};
 pub use config::{Config, FailureMode, ReleaseFor};
+pub use edge::{EdgeConfig, EdgeOptions, FloodLimit};
 pub use fake::FakeLimiter;
 pub use grpc::GrpcLimiter;
 pub use ip::{Cidr, client_ip};

@@ -17,6 +17,7 @@ use crate::answer::{apply_headers, service_unavailable, too_many_requests};
 use crate::body::{ReleaseGuard, SluiceBody};
 use crate::config::{Config, FailureMode};
 use crate::descriptors::descriptors;
+use crate::edge::{Edge, EdgeAnswer};
 use crate::limiter::Limiter;
 
 /// What the layer did, counted, for a gateway's metrics.
@@ -27,6 +28,8 @@ pub struct Stats {
     unavailable: AtomicU64,
     failed_open: AtomicU64,
     failed_closed: AtomicU64,
+    edge_cached: AtomicU64,
+    edge_flood: AtomicU64,
 }
 
 impl Stats {
@@ -50,6 +53,16 @@ impl Stats {
     pub fn failed_closed(&self) -> u64 {
         self.failed_closed.load(Ordering::Relaxed)
     }
+    /// Requests the edge guard answered 429 from a remembered refusal, without a daemon call
+    /// (counted in [`Stats::over_limit`] too).
+    pub fn edge_cached(&self) -> u64 {
+        self.edge_cached.load(Ordering::Relaxed)
+    }
+    /// Requests the edge guard answered 429 because their client exceeded the flood rate,
+    /// without a daemon call (counted in [`Stats::over_limit`] too).
+    pub fn edge_flood(&self) -> u64 {
+        self.edge_flood.load(Ordering::Relaxed)
+    }
 }
 
 fn bump(c: &AtomicU64) {
@@ -60,6 +73,8 @@ struct Shared {
     config: Config,
     limiter: Arc<dyn Limiter>,
     stats: Arc<Stats>,
+    /// `None` when the configuration turns every part of it off.
+    edge: Option<Edge>,
 }
 
 /// The `tower::Layer`: wraps a gateway's service in a [`SluiceService`].
@@ -86,6 +101,7 @@ impl SluiceLayer {
     pub fn with_limiter(config: Config, limiter: Arc<dyn Limiter>) -> Self {
         SluiceLayer {
             shared: Arc::new(Shared {
+                edge: Edge::enabled(&config.edge).then(|| Edge::new(&config.edge, &config.release)),
                 config,
                 limiter,
                 stats: Arc::default(),
@@ -166,6 +182,25 @@ fn verdict(shared: &Shared, answer: Result<CheckResponse, crate::limiter::CallEr
     }
 }
 
+/// The 429 the edge guard gave, counted.
+fn edge_answer<B: Body<Data = Bytes>>(
+    stats: &Stats,
+    answer: EdgeAnswer,
+) -> Response<SluiceBody<B>> {
+    bump(&stats.over_limit);
+    let resp = match answer {
+        EdgeAnswer::Cached(r) => {
+            bump(&stats.edge_cached);
+            r
+        }
+        EdgeAnswer::Flood(r) => {
+            bump(&stats.edge_flood);
+            r
+        }
+    };
+    resp.map(SluiceBody::full)
+}
+
 impl<S, ReqB, ResB> Service<Request<ReqB>> for SluiceService<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
@@ -193,9 +228,22 @@ where
                 descriptors,
                 cost: None,
             };
+            let identity = match &shared.edge {
+                Some(edge) => {
+                    let id = Edge::identity(&check.domain, &check.descriptors);
+                    match edge.check(&id, &check.descriptors) {
+                        Some(answer) => return Ok(edge_answer(&shared.stats, answer)),
+                        None => Some(id),
+                    }
+                }
+                None => None,
+            };
             // Kept for the release: the check request moves into the call.
             let release_descriptors = check.descriptors.clone();
             let answer = shared.limiter.check(check).await;
+            if let (Some(edge), Some(id), Ok(resp)) = (&shared.edge, identity, &answer) {
+                edge.remember(id, resp);
+            }
             let decision = match verdict(&shared, answer) {
                 Verdict::Answer(resp) => return Ok(resp.map(SluiceBody::full)),
                 Verdict::Forward(decision) => decision,
