@@ -1,7 +1,8 @@
 //! The `sluice-gateway` binary between a real client, a real `sluiced` and an echoing
 //! upstream, all over loopback sockets: allowed requests reach the upstream and carry the
 //! RateLimit headers, the one past the limit is the 429, and with the daemon gone requests
-//! pass and `/metrics` counts them. Needs `cargo build -p sluiced --bins`.
+//! pass and `/metrics` counts them; h2 with prior knowledge is served; SIGTERM drains an
+//! in-flight request before exiting. Needs `cargo build -p sluiced --bins`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -10,7 +11,14 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use sluice_testkit::{Daemon, Metrics, SluicedOnRules, TempDir, free_ports, http_request};
+use tokio::sync::Notify;
 
 const RULES: &str = r#"
 domain: gw
@@ -21,9 +29,22 @@ rules:
 /// A start on a busy machine (debug builds).
 const READY: Duration = Duration::from_secs(20);
 
+/// The echoing upstream, and the hold on its `/v1/hold` route.
+struct Upstream {
+    addr: SocketAddr,
+    /// One message per `/v1/hold` request that arrived.
+    arrived: std::sync::mpsc::Receiver<()>,
+    /// Lets one held request answer.
+    release: Arc<Notify>,
+}
+
 /// An upstream on its own thread and runtime: echoes the request body and reports, in
 /// headers, the path, `X-Forwarded-For` and whether a hop-by-hop header got through.
-fn start_upstream() -> SocketAddr {
+/// `/v1/hold` answers only once [`Upstream::release`] is notified.
+fn start_upstream() -> Upstream {
+    let (arrived_tx, arrived) = std::sync::mpsc::channel();
+    let release = Arc::new(Notify::new());
+    let hold = release.clone();
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind upstream");
     std_listener.set_nonblocking(true).expect("nonblocking");
     let addr = std_listener.local_addr().expect("addr");
@@ -38,26 +59,34 @@ fn start_upstream() -> SocketAddr {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    let h = req.headers();
-                    let xff = h
-                        .get("x-forwarded-for")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_string();
-                    let keep_alive = h.contains_key("keep-alive");
-                    let path = req.uri().path().to_string();
-                    let mut resp = Response::new(req.into_body());
-                    let out = resp.headers_mut();
-                    out.insert("x-echo-path", path.parse().expect("header"));
-                    out.insert("x-echo-xff", xff.parse().expect("header"));
-                    out.insert(
-                        "x-echo-keep-alive",
-                        if keep_alive { "seen" } else { "absent" }
-                            .parse()
-                            .expect("header"),
-                    );
-                    Ok::<_, Infallible>(resp)
+                let (arrived_tx, hold) = (arrived_tx.clone(), hold.clone());
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let (arrived_tx, hold) = (arrived_tx.clone(), hold.clone());
+                    async move {
+                        if req.uri().path() == "/v1/hold" {
+                            let _ = arrived_tx.send(());
+                            hold.notified().await;
+                        }
+                        let h = req.headers();
+                        let xff = h
+                            .get("x-forwarded-for")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_string();
+                        let keep_alive = h.contains_key("keep-alive");
+                        let path = req.uri().path().to_string();
+                        let mut resp = Response::new(req.into_body());
+                        let out = resp.headers_mut();
+                        out.insert("x-echo-path", path.parse().expect("header"));
+                        out.insert("x-echo-xff", xff.parse().expect("header"));
+                        out.insert(
+                            "x-echo-keep-alive",
+                            if keep_alive { "seen" } else { "absent" }
+                                .parse()
+                                .expect("header"),
+                        );
+                        Ok::<_, Infallible>(resp)
+                    }
                 });
                 tokio::spawn(async move {
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -67,7 +96,11 @@ fn start_upstream() -> SocketAddr {
             }
         });
     });
-    addr
+    Upstream {
+        addr,
+        arrived,
+        release,
+    }
 }
 
 /// The gateway binary and its addresses.
@@ -135,7 +168,7 @@ fn allowed_requests_reach_the_upstream_and_the_one_past_the_limit_is_a_429() {
     let sluiced =
         SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
     let upstream = start_upstream();
-    let gw = start_gateway(upstream, sluiced.grpc);
+    let gw = start_gateway(upstream.addr, sluiced.grpc);
 
     for remaining in [1, 0] {
         let r = get_user(&gw, "k1");
@@ -189,7 +222,7 @@ fn with_sluiced_gone_requests_pass_and_are_counted_then_sigterm_exits_cleanly() 
     let mut sluiced =
         SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
     let upstream = start_upstream();
-    let mut gw = start_gateway(upstream, sluiced.grpc);
+    let mut gw = start_gateway(upstream.addr, sluiced.grpc);
     assert_eq!(get_user(&gw, "k1").status, 200);
 
     sluiced.daemon.kill().expect("sluiced killed");
@@ -214,5 +247,65 @@ fn with_sluiced_gone_requests_pass_and_are_counted_then_sigterm_exits_cleanly() 
     );
 
     let status = gw.daemon.terminate(READY).expect("exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn h2_with_prior_knowledge_is_checked_and_forwarded() {
+    let sluiced =
+        SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
+    let upstream = start_upstream();
+    let gw = start_gateway(upstream.addr, sluiced.grpc);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build_http::<Full<Bytes>>();
+        let req = Request::post(format!("http://{}/v1/users/7", gw.listen))
+            .header("authorization", "Bearer h2-key")
+            .body(Full::new(Bytes::from_static(b"over h2")))
+            .expect("request");
+        let resp = client.request(req).await.expect("h2 answer");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["x-echo-path"], "/v1/users/7");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(&body[..], b"over h2");
+        let req = Request::get(format!("http://{}/v1/users/7", gw.listen))
+            .header("authorization", "Bearer h2-key")
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let resp = client.request(req).await.expect("h2 answer");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["ratelimit-policy"], "\"per-key\";q=2;w=3600");
+    });
+}
+
+#[test]
+fn sigterm_lets_an_in_flight_request_finish() {
+    let sluiced =
+        SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
+    let upstream = start_upstream();
+    let mut gw = start_gateway(upstream.addr, sluiced.grpc);
+    let listen = gw.listen;
+    let client = std::thread::spawn(move || {
+        http_request(listen, "POST", "/v1/hold", &[], b"held body").expect("gateway answers")
+    });
+    upstream
+        .arrived
+        .recv_timeout(READY)
+        .expect("the request reached the upstream");
+    gw.daemon.signal("TERM").expect("SIGTERM");
+    gw.daemon
+        .wait_log_contains("shutting down", READY)
+        .expect("the gateway is draining");
+    upstream.release.notify_one();
+    let r = client.join().expect("client thread");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"held body");
+    let status = gw.daemon.wait(READY).expect("exits after the drain");
     assert!(status.success(), "{status:?}");
 }
