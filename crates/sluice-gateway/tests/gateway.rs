@@ -2,14 +2,15 @@
 //! upstream, all over loopback sockets: allowed requests reach the upstream and carry the
 //! RateLimit headers, the one past the limit is the 429, and with the daemon gone requests
 //! pass and `/metrics` counts them; h2 with prior knowledge is served; SIGTERM drains an
-//! in-flight request before exiting. Needs `cargo build -p sluiced --bins`.
+//! in-flight request before exiting; a dead upstream is a counted 502; a response streams
+//! through before the upstream has finished it. Needs `cargo build -p sluiced --bins`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 
@@ -63,6 +64,9 @@ fn start_upstream() -> Upstream {
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let (arrived_tx, hold) = (arrived_tx.clone(), hold.clone());
                     async move {
+                        if req.uri().path() == "/v1/stream" {
+                            return Ok(Response::new(streamed(hold).boxed()));
+                        }
                         if req.uri().path() == "/v1/hold" {
                             let _ = arrived_tx.send(());
                             hold.notified().await;
@@ -75,7 +79,7 @@ fn start_upstream() -> Upstream {
                             .to_string();
                         let keep_alive = h.contains_key("keep-alive");
                         let path = req.uri().path().to_string();
-                        let mut resp = Response::new(req.into_body());
+                        let mut resp = Response::new(req.into_body().boxed());
                         let out = resp.headers_mut();
                         out.insert("x-echo-path", path.parse().expect("header"));
                         out.insert("x-echo-xff", xff.parse().expect("header"));
@@ -101,6 +105,32 @@ fn start_upstream() -> Upstream {
         arrived,
         release,
     }
+}
+
+/// A body fed through a channel: frames as the sender sends them.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        self.0.poll_recv(cx).map(|d| d.map(|d| Ok(Frame::data(d))))
+    }
+}
+
+/// `first;` now, `second` once `hold` is notified.
+fn streamed(hold: Arc<Notify>) -> ChannelBody {
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tokio::spawn(async move {
+        let _ = tx.send(Bytes::from_static(b"first;")).await;
+        hold.notified().await;
+        let _ = tx.send(Bytes::from_static(b"second")).await;
+    });
+    ChannelBody(rx)
 }
 
 /// The gateway binary and its addresses.
@@ -308,4 +338,55 @@ fn sigterm_lets_an_in_flight_request_finish() {
     assert_eq!(r.body, b"held body");
     let status = gw.daemon.wait(READY).expect("exits after the drain");
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn an_upstream_that_is_down_is_a_502_and_counted() {
+    let sluiced =
+        SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
+    // A free port nothing listens on.
+    let nowhere: SocketAddr = ([127, 0, 0, 1], free_ports(1)[0]).into();
+    let gw = start_gateway(nowhere, sluiced.grpc);
+    let r = get_user(&gw, "k1");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let m = Metrics::scrape(gw.metrics).expect("metrics");
+    assert_eq!(m.count("sluice_gateway_upstream_errors_total"), 1);
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"forwarded\"}"),
+        1
+    );
+}
+
+#[test]
+fn a_response_streams_before_the_upstream_has_finished_it() {
+    let sluiced =
+        SluicedOnRules::start(RULES).expect("sluiced starts (cargo build -p sluiced --bins)");
+    let upstream = start_upstream();
+    let gw = start_gateway(upstream.addr, sluiced.grpc);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let req = Request::get(format!("http://{}/v1/stream", gw.listen))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let resp = client.request(req).await.expect("answer");
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        // The first chunk arrives while the upstream still holds the rest (a buffering proxy
+        // never sends it: the bound turns that hang into a failure).
+        let first = tokio::time::timeout(READY, body.frame())
+            .await
+            .expect("the first chunk before the upstream finished")
+            .expect("a frame")
+            .expect("no error")
+            .into_data()
+            .expect("data");
+        assert_eq!(&first[..], b"first;");
+        upstream.release.notify_one();
+        let rest = body.collect().await.expect("rest").to_bytes();
+        assert_eq!(&rest[..], b"second");
+    });
 }
