@@ -5,7 +5,7 @@
 //! the domain and the sorted descriptors; client: the API key, else the IP), reads the clock
 //! and turns a verdict into the 429 the client sees.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -57,6 +57,7 @@ pub(crate) struct Edge {
     guard: Mutex<Guard>,
     start: tokio::time::Instant,
     never_remember: HashSet<String>,
+    flood: bool,
 }
 
 impl Edge {
@@ -69,6 +70,7 @@ impl Edge {
             guard: Mutex::new(EdgeGuard::new(options.guard.clone())),
             start: tokio::time::Instant::now(),
             never_remember,
+            flood: options.guard.flood.is_some(),
         }
     }
 
@@ -80,11 +82,17 @@ impl Edge {
     /// The request's identity: domain and descriptors, sorted, `\0`-separated (no descriptor
     /// holds a NUL: they come from header values and paths).
     pub(crate) fn identity(domain: &str, descriptors: &HashMap<String, String>) -> String {
-        let sorted: BTreeMap<&str, &str> = descriptors
+        let mut sorted: Vec<(&str, &str)> = descriptors
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let mut id = String::with_capacity(64);
+        sorted.sort_unstable();
+        let len = domain.len()
+            + sorted
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 2)
+                .sum::<usize>();
+        let mut id = String::with_capacity(len);
         id.push_str(domain);
         for (k, v) in sorted {
             id.push('\0');
@@ -111,7 +119,8 @@ impl Edge {
         descriptors: &HashMap<String, String>,
     ) -> Option<EdgeAnswer> {
         let now = self.now();
-        let client = Self::client(descriptors);
+        // Named only when the flood bucket is on: it costs an allocation.
+        let client = self.flood.then(|| Self::client(descriptors)).flatten();
         let verdict = match self.guard.lock() {
             Ok(mut g) => g.check(identity, client.as_ref(), now),
             Err(_) => return None,
