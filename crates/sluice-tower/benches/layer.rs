@@ -1,6 +1,7 @@
 //! The layer's own cost per request, the limiter's round trip left out: a request through
 //! `SluiceLayer` on the in-memory limiter next to the bare upstream, both driven by one
-//! current-thread runtime (`cargo bench -p sluice-tower --bench layer`).
+//! current-thread runtime; and a refusal answered from the edge guard's memory next to the
+//! same refusal asked of the (in-memory) limiter (`cargo bench -p sluice-tower --bench layer`).
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use std::convert::Infallible;
@@ -13,7 +14,7 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use sluice_proto::sluice::v1::{CheckRequest, CheckResponse, Code, PolicyStatus, ReleaseRequest};
 use sluice_tower::limiter::BoxFuture;
-use sluice_tower::{CallError, Config, Limiter, Routes, SluiceLayer};
+use sluice_tower::{CallError, Config, FakeLimiter, Limiter, Routes, SluiceLayer};
 use tower::{Layer, ServiceExt, service_fn};
 
 fn request() -> Request<Full<Bytes>> {
@@ -33,6 +34,7 @@ async fn upstream(_req: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, I
 }
 
 /// One fixed answer, nothing recorded (the test fake keeps every check).
+#[derive(Clone)]
 struct Fixed(CheckResponse);
 
 impl Limiter for Fixed {
@@ -80,7 +82,10 @@ fn bench(c: &mut Criterion) {
         .collect(),
         ..Default::default()
     });
-    let layer = SluiceLayer::new(config, fixed);
+    let mut no_edge = config.clone();
+    no_edge.edge.guard.remember_refusals = false;
+    let layer = SluiceLayer::new(config, fixed.clone());
+    let layer_no_edge = SluiceLayer::new(no_edge, fixed);
     let mut g = c.benchmark_group("request");
     g.bench_function("bare upstream", |b| {
         b.iter(|| {
@@ -93,19 +98,69 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
-    g.bench_function("through the layer", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let resp = layer
-                    .layer(service_fn(upstream))
-                    .oneshot(request())
-                    .await
-                    .expect("infallible");
-                black_box(resp.into_body().collect().await.expect("body"))
+    for (name, layer) in [
+        ("through the layer", &layer),
+        ("through the layer, edge guard off", &layer_no_edge),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let resp = layer
+                        .layer(service_fn(upstream))
+                        .oneshot(request())
+                        .await
+                        .expect("infallible");
+                    black_box(resp.into_body().collect().await.expect("body"))
+                })
             })
-        })
-    });
+        });
+    }
     g.finish();
+
+    // A refusal for 60 s: with refusal memory on, every request after the first is answered
+    // by the guard; with it off, each one calls the fake limiter.
+    let refusal = CheckResponse {
+        allowed: false,
+        code: Code::OverLimit as i32,
+        decided_by: "burst".into(),
+        retry_after_ms: 60_000,
+        policies: vec![PolicyStatus {
+            id: "burst".into(),
+            limit: 10,
+            window_s: 60,
+            remaining: 0,
+            reset_s: 60,
+        }],
+        headers: [
+            ("RateLimit-Policy", "\"burst\";q=10;w=60"),
+            ("RateLimit", "\"burst\";r=0;t=60"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        ..Default::default()
+    };
+    let mut off = Config::new("api");
+    off.edge.guard.remember_refusals = false;
+    let asked = SluiceLayer::new(off, FakeLimiter::answering(refusal.clone()));
+    let cached = SluiceLayer::new(Config::new("api"), FakeLimiter::answering(refusal));
+    let mut g = c.benchmark_group("refusal");
+    for (name, layer) in [("limiter call (fake)", &asked), ("edge cached", &cached)] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let resp = layer
+                        .layer(service_fn(upstream))
+                        .oneshot(request())
+                        .await
+                        .expect("infallible");
+                    black_box(resp.into_body().collect().await.expect("body"))
+                })
+            })
+        });
+    }
+    g.finish();
+    assert!(cached.stats().edge_cached() > 0 && asked.stats().edge_cached() == 0);
 }
 
 criterion_group!(benches, bench);
