@@ -51,10 +51,7 @@ impl Conn {
 
     /// Sends `msg` to the connection's method and returns the response message, encoded.
     pub async fn unary(&mut self, msg: &impl prost::Message) -> anyhow::Result<Bytes> {
-        let mut body = BytesMut::with_capacity(5 + msg.encoded_len());
-        body.put_u8(0);
-        body.put_u32(u32::try_from(msg.encoded_len()).context("request too large")?);
-        msg.encode(&mut body)?;
+        let body = frame(msg)?;
         let req = http::Request::builder()
             .method(http::Method::POST)
             .uri(self.uri.clone())
@@ -64,7 +61,7 @@ impl Conn {
         // Waits while the server's limit on concurrent streams is reached.
         let mut send = self.send.clone().ready().await?;
         let (response, mut stream) = send.send_request(req, false)?;
-        stream.send_data(body.freeze(), true)?;
+        stream.send_data(body, true)?;
         let response = response.await?;
         if response.status() != http::StatusCode::OK {
             bail!("HTTP status {}", response.status());
@@ -99,6 +96,15 @@ impl Conn {
         }
         Ok(buf.freeze())
     }
+}
+
+/// `msg` as a gRPC request body: the 5-byte prefix (uncompressed, length) and the message.
+pub fn frame(msg: &impl prost::Message) -> anyhow::Result<Bytes> {
+    let mut body = BytesMut::with_capacity(5 + msg.encoded_len());
+    body.put_u8(0);
+    body.put_u32(u32::try_from(msg.encoded_len()).context("request too large")?);
+    msg.encode(&mut body)?;
+    Ok(body.freeze())
 }
 
 /// `grpc-status` 0, or the error it names.

@@ -39,8 +39,8 @@ struct Args {
     #[arg(long, value_enum, default_value = "envoy")]
     api: target::Api,
     /// Server address, host:port (gRPC port for grpc/envoy, HTTP port for http).
-    #[arg(long)]
-    addr: String,
+    #[arg(long, required_unless_present = "print_request")]
+    addr: Option<String>,
     /// Domain (a Limitador namespace).
     #[arg(long, default_value = "bench")]
     domain: String,
@@ -99,6 +99,11 @@ struct Args {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// Send nothing: write the gRPC request body of the Envoy call for the hot key (key 0,
+    /// the descriptors and cost as given) to stdout, 5-byte gRPC prefix included, for load
+    /// generators that send one fixed body (h2load -d, bench/h2load-compare.sh).
+    #[arg(long)]
+    print_request: bool,
 }
 
 fn secs(name: &str, v: f64, max: f64) -> anyhow::Result<Duration> {
@@ -108,13 +113,7 @@ fn secs(name: &str, v: f64, max: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-fn plan(a: &Args) -> anyhow::Result<run::Plan> {
-    let addr: SocketAddr = a
-        .addr
-        .to_socket_addrs()
-        .with_context(|| format!("resolving --addr {}", a.addr))?
-        .next()
-        .with_context(|| format!("--addr {} resolves to nothing", a.addr))?;
+fn shape(a: &Args, addr: SocketAddr) -> anyhow::Result<target::Shape> {
     let mut extra = Vec::new();
     for d in &a.descriptors {
         let Some((k, v)) = d.split_once('=') else {
@@ -122,6 +121,26 @@ fn plan(a: &Args) -> anyhow::Result<run::Plan> {
         };
         extra.push((k.to_string(), v.to_string()));
     }
+    Ok(target::Shape {
+        api: a.api,
+        addr,
+        domain: a.domain.clone(),
+        key_name: a.key_name.clone(),
+        key_prefix: a.key_prefix.clone(),
+        extra,
+        cost: a.cost,
+    })
+}
+
+fn plan(a: &Args) -> anyhow::Result<run::Plan> {
+    let Some(name) = a.addr.as_deref() else {
+        bail!("--addr is required");
+    };
+    let addr: SocketAddr = name
+        .to_socket_addrs()
+        .with_context(|| format!("resolving --addr {name}"))?
+        .next()
+        .with_context(|| format!("--addr {name} resolves to nothing"))?;
     let duration = secs("duration", a.duration, 3600.0)?;
     if duration.is_zero() {
         bail!("--duration must be more than 0");
@@ -139,15 +158,7 @@ fn plan(a: &Args) -> anyhow::Result<run::Plan> {
         bail!("--concurrency must be 1 to 100000");
     }
     Ok(run::Plan {
-        shape: target::Shape {
-            api: a.api,
-            addr,
-            domain: a.domain.clone(),
-            key_name: a.key_name.clone(),
-            key_prefix: a.key_prefix.clone(),
-            extra,
-            cost: a.cost,
-        },
+        shape: shape(a, addr)?,
         mode,
         concurrency,
         connections: a.connections.max(1),
@@ -161,8 +172,29 @@ fn plan(a: &Args) -> anyhow::Result<run::Plan> {
     })
 }
 
+/// `--print-request`: the framed body of the hot key's Envoy call, on stdout.
+fn print_request(a: &Args) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    if a.api != target::Api::Envoy {
+        bail!("--print-request writes Envoy RLS requests: use --api envoy");
+    }
+    // No connection is made: the address is not part of the body.
+    let shape = shape(a, SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let mut key = String::new();
+    run::key_string(&mut key, &shape.key_prefix, 0);
+    let body = h2grpc::frame(&target::envoy_request(&shape, &key))?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&body)
+        .context("writing the request to stdout")?;
+    out.flush().context("writing the request to stdout")?;
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.print_request {
+        return print_request(&args);
+    }
     let plan = plan(&args)?;
     // A closed loop on one CPU (the pinned saturation runs) gets a single-threaded runtime:
     // the work-stealing scheduler's shared queues only cost the generator CPU. The open loop

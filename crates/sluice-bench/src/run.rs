@@ -158,7 +158,8 @@ pub struct Outcome {
     pub client_cpu: Option<(f64, f64)>,
 }
 
-fn key_string(out: &mut String, prefix: &str, k: u64) {
+/// Key `k` as the workers send it: the prefix, then the number.
+pub(crate) fn key_string(out: &mut String, prefix: &str, k: u64) {
     out.clear();
     out.push_str(prefix);
     let _ = write!(out, "{k}");

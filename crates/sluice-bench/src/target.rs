@@ -145,23 +145,7 @@ impl Client {
                 })
             }
             Client::Envoy(c) => {
-                let mut entries = Vec::with_capacity(1 + shape.extra.len());
-                entries.push(Entry {
-                    key: shape.key_name.clone(),
-                    value: key.to_string(),
-                });
-                entries.extend(shape.extra.iter().map(|(k, v)| Entry {
-                    key: k.clone(),
-                    value: v.clone(),
-                }));
-                let req = rls::RateLimitRequest {
-                    domain: shape.domain.clone(),
-                    descriptors: vec![RateLimitDescriptor {
-                        entries,
-                        ..Default::default()
-                    }],
-                    hits_addend: shape.cost,
-                };
+                let req = envoy_request(shape, key);
                 let bytes = c.unary(&req).await?;
                 let r = <OverallCode as prost::Message>::decode(bytes)
                     .context("decoding RateLimitResponse")?;
@@ -193,6 +177,27 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// The Envoy RLS request for `key`: the key's descriptor entry first, then the fixed ones.
+pub fn envoy_request(shape: &Shape, key: &str) -> rls::RateLimitRequest {
+    let mut entries = Vec::with_capacity(1 + shape.extra.len());
+    entries.push(Entry {
+        key: shape.key_name.clone(),
+        value: key.to_string(),
+    });
+    entries.extend(shape.extra.iter().map(|(k, v)| Entry {
+        key: k.clone(),
+        value: v.clone(),
+    }));
+    rls::RateLimitRequest {
+        domain: shape.domain.clone(),
+        descriptors: vec![RateLimitDescriptor {
+            entries,
+            ..Default::default()
+        }],
+        hits_addend: shape.cost,
     }
 }
 
