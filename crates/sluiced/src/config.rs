@@ -115,6 +115,11 @@ pub struct Config {
     /// The hot-key layer's memory (docs/hot-keys.md); each rule's `hot_keys` block says what
     /// it may do.
     pub hot_keys: HotKeysConfig,
+    /// Threads: 0 = one per CPU the process may use; 1 = the whole daemon on one
+    /// single-threaded runtime (what a daemon pinned to one CPU gets with 0); more: the gRPC
+    /// and HTTP connections on that many connection threads ([`crate::workers`]), the rest
+    /// on a work-stealing runtime of as many workers.
+    pub worker_threads: usize,
 }
 
 /// Bounds of the hot-key layer: what it may hold, at most, however many keys arrive.
@@ -171,6 +176,7 @@ impl Default for Config {
             gossip: crate::regions::GossipConfig::default(),
             limits: crate::limits::LimitsConfig::default(),
             hot_keys: HotKeysConfig::default(),
+            worker_threads: 0,
         }
     }
 }
@@ -216,6 +222,10 @@ impl Config {
             self.local_factor > 0.0 && self.local_factor <= 1.0,
             "local_factor must be in (0, 1]"
         );
+        anyhow::ensure!(
+            self.worker_threads <= 1024,
+            "worker_threads must be 0 (one per CPU) to 1024"
+        );
         self.gossip.validate()?;
         self.limits.validate()?;
         self.tls.validate()?;
@@ -230,6 +240,15 @@ impl Config {
             min_calls: self.breaker_min_calls,
             cool_off: self.breaker_cool_off_ms * 1000,
             probes: 3,
+        }
+    }
+
+    /// How many threads `worker_threads` means here: 0 is the CPUs this process may run on
+    /// (its affinity mask: a daemon pinned to one CPU gets 1).
+    pub fn threads(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            n => n,
         }
     }
 

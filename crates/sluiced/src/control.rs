@@ -157,6 +157,7 @@ pub fn spawn_admin(
         guard,
         Port::Admin,
         stop,
+        None,
     ))
 }
 

@@ -23,6 +23,7 @@
 //! - [`regions`]: gossip with the other regions (the delta shipper and the merge layer).
 //! - [`startup`]: readiness: the store warmed up before `/healthz` says ready.
 //! - [`tls`]: TLS on the listeners (reloaded on file change) and for `rediss://`.
+//! - [`workers`]: connection threads, each a single-threaded runtime.
 
 pub mod clock;
 pub mod config;
@@ -39,6 +40,7 @@ pub mod regions;
 pub mod startup;
 pub mod tls;
 pub mod unary;
+pub mod workers;
 
 use anyhow::Context as _;
 use config::{Config, StoreConfig};
@@ -230,6 +232,13 @@ pub async fn run(
         served.push((tls::Listener::Admin, a.local_addr()?));
     }
     tls::install(&cfg.tls, &served)?;
+    // Connections on threads of their own when the daemon has more than one (workers.rs).
+    let workers = match cfg.threads() {
+        1 => None,
+        n => Some(Arc::new(
+            workers::Workers::start(n).context("starting the connection threads")?,
+        )),
+    };
     // HTTP serves at once (`/healthz` answers 503 while starting); checks wait for the store.
     let ready = startup::Readiness::default();
     let http = tokio::spawn(limits::serve_http(
@@ -238,6 +247,7 @@ pub async fn run(
         guard.clone(),
         limits::Port::Http,
         stop_rx.clone(),
+        workers.clone(),
     ));
     startup::warm_up(engine.store.clone(), &ready, stop_rx.clone()).await;
     let grpc = {
@@ -248,7 +258,12 @@ pub async fn run(
             envoy: envoy::RateLimitService::new(engine.clone(), cfg.envoy.clone()),
             guard: guard.clone(),
         });
-        tokio::spawn(unary::serve(listeners.grpc, services, stop_rx.clone()))
+        tokio::spawn(unary::serve(
+            listeners.grpc,
+            services,
+            stop_rx.clone(),
+            workers.clone(),
+        ))
     };
     let admin = listeners
         .admin

@@ -14,6 +14,7 @@
 
 use crate::metrics::Exporter;
 use crate::tls::ServerTls;
+use crate::workers::Workers;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -381,16 +382,21 @@ pub fn refuse(tcp: TcpStream) {
 /// A port's accept loop, the same for the HTTP, admin and gRPC ports: until `stop` turns
 /// true, each accepted connection takes one of `port`'s `max_connections` places (past the
 /// cap it is closed at once, [`refuse`]) and is served by the task `serve` makes of it,
-/// handed the listener's TLS if it serves TLS; a failed accept backs off. Then stops
-/// accepting and returns when every connection's task has finished.
+/// handed the listener's TLS if it serves TLS; a failed accept backs off. With `workers` the
+/// task runs on one of the connection threads ([`crate::workers`]), else on the caller's
+/// runtime. Then stops accepting and returns when every connection's task has finished.
 pub async fn accept_loop<F, Fut>(
     listener: TcpListener,
     guard: &Arc<Guard>,
     port: Port,
     mut stop: watch::Receiver<bool>,
-    mut serve: F,
+    workers: Option<Arc<Workers>>,
+    serve: F,
 ) where
-    F: FnMut(TcpStream, Option<Arc<ServerTls>>, Connection, watch::Receiver<bool>) -> Fut,
+    F: Fn(TcpStream, Option<Arc<ServerTls>>, Connection, watch::Receiver<bool>) -> Fut
+        + Clone
+        + Send
+        + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let mut conns = JoinSet::new();
@@ -403,7 +409,31 @@ pub async fn accept_loop<F, Fut>(
                         refuse(tcp);
                         continue;
                     };
-                    conns.spawn(serve(tcp, tls.clone(), permit, stop.clone()));
+                    let Some(slot) = workers.as_ref().and_then(|w| w.place()) else {
+                        conns.spawn(serve(tcp, tls.clone(), permit, stop.clone()));
+                        continue;
+                    };
+                    // The socket moves to the thread's own reactor, so that its readiness
+                    // wakes that thread and no other.
+                    let tcp = match tcp.into_std() {
+                        Ok(tcp) => tcp,
+                        Err(e) => {
+                            tracing::warn!(error = %e, port = port.name(), "cannot move a connection to its thread");
+                            continue;
+                        }
+                    };
+                    let (serve, tls, stop) = (serve.clone(), tls.clone(), stop.clone());
+                    let handle = slot.handle.clone();
+                    conns.spawn_on(
+                        async move {
+                            let _slot = slot;
+                            match TcpStream::from_std(tcp) {
+                                Ok(tcp) => serve(tcp, tls, permit, stop).await,
+                                Err(e) => tracing::warn!(error = %e, "cannot serve a connection on its thread"),
+                            }
+                        },
+                        &handle,
+                    );
                 }
                 Err(e) => {
                     // Out of file descriptors, mostly: back off rather than spin.
@@ -432,30 +462,39 @@ pub async fn tls_handshake(
 
 /// Serves `app` over HTTP/1.1 on `listener` until `stop` turns true, within the limits of
 /// `guard` for `port`: past `max_connections` a new connection is closed at once, and one
-/// whose request headers do not arrive within `header_timeout_ms` is closed. Then lets every
-/// connection finish its request in flight and returns when they have.
+/// whose request headers do not arrive within `header_timeout_ms` is closed; on `workers`
+/// when given. Then lets every connection finish its request in flight and returns when they
+/// have.
 pub async fn serve_http(
     listener: TcpListener,
     app: Router,
     guard: Arc<Guard>,
     port: Port,
     stop: watch::Receiver<bool>,
+    workers: Option<Arc<Workers>>,
 ) {
-    accept_loop(listener, &guard, port, stop, |tcp, tls, permit, stop| {
-        let app = app.clone();
-        async move {
-            match tls {
-                None => http_connection(tcp, app, permit, stop).await,
-                Some(tls) => {
-                    // The TLS handshake within the header deadline.
-                    let limits = permit.guard.limits();
-                    if let Ok(Ok(s)) = tls_handshake(&tls, tcp, limits).await {
-                        http_connection(s, app, permit, stop).await;
+    accept_loop(
+        listener,
+        &guard,
+        port,
+        stop,
+        workers,
+        move |tcp, tls, permit, stop| {
+            let app = app.clone();
+            async move {
+                match tls {
+                    None => http_connection(tcp, app, permit, stop).await,
+                    Some(tls) => {
+                        // The TLS handshake within the header deadline.
+                        let limits = permit.guard.limits();
+                        if let Ok(Ok(s)) = tls_handshake(&tls, tcp, limits).await {
+                            http_connection(s, app, permit, stop).await;
+                        }
                     }
                 }
             }
-        }
-    })
+        },
+    )
     .await;
 }
 

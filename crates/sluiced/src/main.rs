@@ -80,10 +80,11 @@ struct Args {
     /// How often busy global figures are shipped, ms (default 1000).
     #[arg(long)]
     ship_interval_ms: Option<u64>,
-    /// Runtime threads: 0 = one per CPU the process may use; 1 = a single-threaded runtime
-    /// (what a daemon pinned to one CPU gets with 0).
-    #[arg(long, default_value_t = 0)]
-    worker_threads: usize,
+    /// Threads: 0 = one per CPU the process may use; 1 = one single-threaded runtime (what
+    /// a daemon pinned to one CPU gets with 0); N > 1: connections on N threads of their own,
+    /// the rest on N work-stealing workers (default: the config's `worker_threads`, 0).
+    #[arg(long)]
+    worker_threads: Option<usize>,
 }
 
 fn config(args: &Args) -> anyhow::Result<Config> {
@@ -157,6 +158,9 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     if let Some(i) = args.ship_interval_ms {
         cfg.gossip.ship_interval_ms = i;
     }
+    if let Some(n) = args.worker_threads {
+        cfg.worker_threads = n;
+    }
     cfg.validate()?;
     Ok(cfg)
 }
@@ -184,10 +188,9 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).init();
     // On one CPU (a pinned daemon) the work-stealing scheduler only adds cost: every wakeup
     // goes through its shared queues (single-threaded: 13% more decisions/s, docs/benchmark.md).
-    let threads = match args.worker_threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
+    // With more, connections get threads of their own (`sluiced::workers`) and the rest of the
+    // daemon (store clients, gossip, background tasks) this runtime.
+    let threads = cfg.threads();
     let mut rt = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

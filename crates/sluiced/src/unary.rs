@@ -83,15 +83,22 @@ impl Method {
 }
 
 /// Serves the gRPC port until `stop` turns true, then asks every connection to finish its
-/// open calls (HTTP/2 GOAWAY) and returns when they have.
-pub async fn serve(listener: TcpListener, services: Arc<Services>, stop: watch::Receiver<bool>) {
+/// open calls (HTTP/2 GOAWAY) and returns when they have. With `workers`, each connection
+/// and its calls run on one connection thread.
+pub async fn serve(
+    listener: TcpListener,
+    services: Arc<Services>,
+    stop: watch::Receiver<bool>,
+    workers: Option<Arc<crate::workers::Workers>>,
+) {
     let guard = services.guard.clone();
     crate::limits::accept_loop(
         listener,
         &guard,
         Port::Grpc,
         stop,
-        |tcp, tls, permit, stop| {
+        workers,
+        move |tcp, tls, permit, stop| {
             let services = services.clone();
             async move {
                 match tls {
