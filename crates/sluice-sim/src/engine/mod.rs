@@ -71,7 +71,7 @@ use observer::{BATCH, Observer, Pipe, observe_all};
 use region::{Region, Replica};
 use request::Exec;
 use sluice_core::Micros;
-use sluice_core::decision::Decision;
+use sluice_core::decision::{Answer, Decision, Plan};
 use sluice_core::rules::Domain;
 use sluice_store::MemoryStore;
 use std::collections::{BinaryHeap, VecDeque};
@@ -154,6 +154,14 @@ pub struct Sim<'a> {
     first_delivery: Vec<Micros>,
     /// The decision of the last request given by [`Sim::decide`], once executed.
     decided: Option<Decision>,
+    /// The request id being planned, kept (no allocation per request).
+    request_id: String,
+    /// A request's answers while it executes, kept (no allocation per request).
+    answers: Vec<Answer>,
+    /// Plans of executed requests, for arrivals to plan into.
+    plans: Vec<Plan<'a>>,
+    /// The decision being made, kept.
+    decision: Decision,
 }
 
 /// Streams of randomness, so each consumer's draws are independent of the others.
@@ -246,6 +254,10 @@ impl<'a> Sim<'a> {
                 })
                 .collect(),
             decided: None,
+            request_id: String::with_capacity(20),
+            answers: Vec::new(),
+            plans: Vec::new(),
+            decision: Decision::unlimited(RULES_VERSION),
         };
         for r in 0..n {
             sim.start_daemons(r);

@@ -8,13 +8,14 @@ use super::store::{GuardCounts, guarded};
 use super::{RULES_VERSION, Sim, ships, view};
 use crate::metrics::{Counter, Measured};
 use sluice_core::Micros;
-use sluice_core::decision::{Answer, Code, Decision, Plan, Via, plan};
+use sluice_core::decision::{Answer, Code, Decision, Plan, Via, plan_into};
 use sluice_core::hash::InlineKey;
 use sluice_core::hotkeys::CallPolicy;
-use sluice_core::rules::{Mode, Rule, Scope};
+use sluice_core::rules::{Domain, Mode, Rule, Scope};
 use sluice_core::ship::observations;
 use sluice_core::time::SECOND;
 use smallvec::SmallVec;
+use std::fmt::Write as _;
 
 pub(super) struct Pending<'a> {
     pub(super) region: usize,
@@ -41,7 +42,11 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let domain = self.domain;
         // Unique per request, as a daemon's are: a split rule picks its sub-count from it.
-        let request_id = (self.seq + 1).to_string();
+        // Written into a kept buffer: no allocation per request.
+        let request_id = &mut self.request_id;
+        request_id.clear();
+        // Cannot fail: a `String` takes every write.
+        let _ = write!(request_id, "{}", self.seq + 1);
         let tg = &mut self.gens[g];
         let pick = tg
             .arrive(&self.up)
@@ -51,9 +56,18 @@ impl<'a> Sim<'a> {
             Some((r, d, k)) => {
                 let cost = tg.cfg.cost;
                 let remote = &self.regions[r].daemons[view(sc, d)].remote;
-                let p = plan(domain, tg.descriptors(k), t, cost, &request_id, |a| {
-                    remote.remote_for(&a.key, &a.params, t)
-                });
+                // Planned into a plan an earlier request left: its vectors and strings keep
+                // their buffers.
+                let mut p = self.plans.pop().unwrap_or_default();
+                plan_into(
+                    &mut p,
+                    domain,
+                    tg.descriptors(k),
+                    t,
+                    cost,
+                    request_id,
+                    |a| remote.remote_for(&a.key, &a.params, t),
+                );
                 self.queue(r, d, Some((g as u32, k as u32)), t, cost, p);
             }
         }
@@ -80,6 +94,7 @@ impl<'a> Sim<'a> {
         if p.calls.is_empty() {
             self.metrics.requests += 1;
             self.metrics.admitted += 1;
+            self.plans.push(p);
             return None;
         }
         let region = &mut self.regions[r];
@@ -102,7 +117,8 @@ impl<'a> Sim<'a> {
         Some(at)
     }
 
-    /// Executes a request's store calls and decides it; `None` when it was lost in flight.
+    /// Executes a request's store calls and decides it. Hands the decision out only for a
+    /// request given by [`Sim::decide`] (`None` too when it was lost in flight).
     pub(super) fn exec(&mut self, p: Pending<'a>) -> Option<Decision> {
         let Pending {
             region: r,
@@ -115,19 +131,17 @@ impl<'a> Sim<'a> {
         let sim_now = self.now;
         if !self.regions[r].up || !self.regions[r].daemons[d].up {
             self.metrics.failed_in_flight += 1;
+            self.plans.push(plan);
             return None;
         }
         self.metrics.requests += 1;
         self.replicate(r, sim_now);
         let store_ok = sim_now >= self.regions[r].store_down_until;
         let permille = self.sc.store.local_permille;
-        let mut answers = Vec::with_capacity(plan.calls.len());
+        // A kept buffer: no allocation per request.
+        let mut answers = std::mem::take(&mut self.answers);
+        let domain = self.domain;
         for (i, pc) in plan.calls.iter().enumerate() {
-            let rules: SmallVec<[usize; 4]> = pc
-                .rules
-                .iter()
-                .map(|&ai| self.rule_index(plan.applied[ai].rule))
-                .collect();
             let Region {
                 store,
                 replica,
@@ -156,7 +170,8 @@ impl<'a> Sim<'a> {
             self.metrics.store_calls += calls;
             g.add_to(&mut self.metrics);
             let sec = (now / SECOND) as usize;
-            for ri in rules {
+            for &ai in &pc.rules {
+                let ri = rule_index(domain, plan.applied[ai].rule);
                 let per_s = &mut self.metrics.calls_per_s[ri];
                 if per_s.len() <= sec {
                     per_s.resize(sec + 1, (0, 0));
@@ -185,29 +200,27 @@ impl<'a> Sim<'a> {
                 local.check_sync(c).ok()
             }));
         }
-        let decision = plan.decide(RULES_VERSION, &answers);
+        // Decided into a kept decision: its vectors keep their buffers.
+        let mut decision = std::mem::replace(&mut self.decision, Decision::unlimited(0));
+        plan.decide_into(RULES_VERSION, &answers, &mut decision);
         // The daemon journals these and replays them into the store once it answers again;
         // the simulator counts them.
         self.metrics.journaled +=
             sluice_core::guard::journaled(&plan, &answers, &decision, cost).count() as u64;
         self.measure(r, src, now, cost, &plan, &decision);
         self.observe(r, d, now, &plan, &answers);
-        Some(decision)
+        answers.clear();
+        self.answers = answers;
+        self.plans.push(plan);
+        // Only a request given by `Sim::decide` hands its decision out.
+        let given = src.is_none().then(|| decision.clone());
+        self.decision = decision;
+        given
     }
 
-    /// The index of a rule of the domain, from its address (the plan borrows the domain's
-    /// rules), checked.
+    /// The index of a rule of the domain (see [`rule_index`]).
     pub(super) fn rule_index(&self, rule: &Rule) -> usize {
-        let rules = &self.domain.rules;
-        let size = std::mem::size_of::<Rule>().max(1);
-        let off = (rule as *const Rule as usize).wrapping_sub(rules.as_ptr() as usize) / size;
-        match rules.get(off) {
-            Some(r) if std::ptr::eq(r, rule) => off,
-            _ => rules
-                .iter()
-                .position(|r| std::ptr::eq(r, rule))
-                .unwrap_or(0),
-        }
+        rule_index(self.domain, rule)
     }
 
     /// What one decided request did to the ground truth, for the observer: the counters it
@@ -316,5 +329,21 @@ impl<'a> Sim<'a> {
                 obs,
             });
         }
+    }
+}
+
+/// The index of a rule of the domain, from its address (the plan borrows the domain's
+/// rules), checked.
+fn rule_index(domain: &Domain, rule: &Rule) -> usize {
+    let rules = &domain.rules;
+
+    let size = std::mem::size_of::<Rule>().max(1);
+    let off = (rule as *const Rule as usize).wrapping_sub(rules.as_ptr() as usize) / size;
+    match rules.get(off) {
+        Some(r) if std::ptr::eq(r, rule) => off,
+        _ => rules
+            .iter()
+            .position(|r| std::ptr::eq(r, rule))
+            .unwrap_or(0),
     }
 }
