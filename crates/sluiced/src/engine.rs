@@ -287,11 +287,7 @@ impl Engine {
             .domain(domain)
             .ok_or_else(|| CheckError::UnknownDomain(domain.chars().take(128).collect()))?;
         let now = self.clock.now();
-        let request_id = format!(
-            "{}-{}",
-            self.daemon_tag,
-            self.seq.fetch_add(1, Ordering::Relaxed)
-        );
+        let request_id = request_id(&self.daemon_tag, self.seq.fetch_add(1, Ordering::Relaxed));
         let decided = AssertUnwindSafe(self.decide(rules.version, dom, &d, now, cost, &request_id))
             .catch_unwind()
             .await;
@@ -602,5 +598,39 @@ fn log_shadow(p: &sluice_core::decision::Plan<'_>, answers: &[Answer]) {
                 );
             }
         }
+    }
+}
+
+/// `<tag>-<seq>`, a check's request id, built without `format!`: its machinery cost 850
+/// instructions a check, several times the string's own work.
+fn request_id(tag: &str, seq: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = seq;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut id = String::with_capacity(tag.len() + 1 + digits.len() - at);
+    id.push_str(tag);
+    id.push('-');
+    // ASCII digits only.
+    id.extend(digits[at..].iter().map(|&d| char::from(d)));
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_the_tag_and_the_sequence_in_decimal() {
+        assert_eq!(request_id("eu-1", 0), "eu-1-0");
+        assert_eq!(request_id("eu-1", 907), "eu-1-907");
+        assert_eq!(request_id("", u64::MAX), "-18446744073709551615");
     }
 }

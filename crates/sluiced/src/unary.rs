@@ -25,12 +25,12 @@ use crate::envoy::RateLimitService;
 use crate::grpc::LimiterService;
 use crate::limits::{Guard, Port};
 use bytes::{BufMut as _, Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use sluice_proto::envoy::service::ratelimit::v3 as rls;
-use sluice_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService as _;
 use sluice_proto::sluice::v1 as pb;
 use sluice_proto::sluice::v1::limiter_server::Limiter as _;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -247,28 +247,34 @@ async fn call(
     }
     let body_by = started + limits.body_timeout();
     let read_by = deadline.map_or(body_by, |d| d.min(body_by));
-    let msg =
-        match tokio::time::timeout_at(read_by, read_message(&mut body, limits.max_message_bytes))
-            .await
-        {
-            Ok(Ok(m)) => m,
-            Ok(Err(status)) => {
-                if status.code() == Code::ResourceExhausted {
-                    guard.too_large(Port::Grpc);
-                }
-                return fail(&mut respond, &status);
+    // Most bodies are in by now: read without arming a timer, and wait with one if not.
+    let read = {
+        let read = read_message(&mut body, limits.max_message_bytes);
+        tokio::pin!(read);
+        match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(r) => Ok(r),
+            Poll::Pending => tokio::time::timeout_at(read_by, read).await,
+        }
+    };
+    let msg = match read {
+        Ok(Ok(m)) => m,
+        Ok(Err(status)) => {
+            if status.code() == Code::ResourceExhausted {
+                guard.too_large(Port::Grpc);
             }
-            Err(_) if read_by < body_by => {
-                guard.deadline_exceeded();
-                return fail(&mut respond, &deadline_passed());
-            }
-            Err(_) => {
-                // The body never came: the stream is reset, and its place on the connection freed.
-                guard.body_timed_out(Port::Grpc);
-                respond.send_reset(h2::Reason::CANCEL);
-                return;
-            }
-        };
+            return fail(&mut respond, &status);
+        }
+        Err(_) if read_by < body_by => {
+            guard.deadline_exceeded();
+            return fail(&mut respond, &deadline_passed());
+        }
+        Err(_) => {
+            // The body never came: the stream is reset, and its place on the connection freed.
+            guard.body_timed_out(Port::Grpc);
+            respond.send_reset(h2::Reason::CANCEL);
+            return;
+        }
+    };
     if deadline.is_some_and(|d| Instant::now() >= d) {
         guard.deadline_exceeded();
         return fail(&mut respond, &deadline_passed());
@@ -289,20 +295,18 @@ async fn call(
     };
     match answer {
         Ok(body) => {
-            let head = http::Response::builder()
-                .status(StatusCode::OK)
-                .header(
-                    http::header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/grpc"),
-                )
-                .body(());
-            let Ok(head) = head else { return };
+            // Header names as constants: a name given as a string is parsed on every call.
+            let mut head = http::Response::new(());
+            head.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/grpc"),
+            );
             let Ok(mut stream) = respond.send_response(head, false) else {
                 return;
             };
             if stream.send_data(body, false).is_ok() {
                 let mut trailers = HeaderMap::with_capacity(1);
-                trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                trailers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
                 let _ = stream.send_trailers(trailers);
             }
         }
@@ -310,6 +314,11 @@ async fn call(
     }
     drop(body);
 }
+
+/// `grpc-status`.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// `grpc-timeout`.
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// A deadline far enough to be none, for a `grpc-timeout` beyond what `Instant` holds.
 const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -346,7 +355,7 @@ fn overloaded(message: String) -> Status {
 
 /// The caller's `grpc-timeout` (`1*8DIGIT` and a unit of `H M S m u n`), if it sent one.
 fn grpc_timeout(headers: &HeaderMap) -> Result<Option<Duration>, Status> {
-    let Some(v) = headers.get("grpc-timeout") else {
+    let Some(v) = headers.get(GRPC_TIMEOUT) else {
         return Ok(None);
     };
     let bad = || Status::internal(format!("malformed grpc-timeout {v:?}"));
@@ -386,12 +395,25 @@ async fn dispatch(services: &Services, method: Method, msg: Bytes) -> Result<Byt
             .await
         }
         Method::ShouldRateLimit => {
-            run(&msg, |m: rls::RateLimitRequest| {
-                services.envoy.should_rate_limit(tonic::Request::new(m))
-            })
-            .await
+            let req = decode::<rls::RateLimitRequest>(&msg)?;
+            let outcome = services.envoy.answer(req).await?;
+            framed(|out| outcome.encode(&services.envoy.config, out))
         }
     }
+}
+
+fn decode<Req: prost::Message + Default>(msg: &[u8]) -> Result<Req, Status> {
+    Req::decode(msg).map_err(|e| Status::internal(format!("failed to decode the request: {e}")))
+}
+
+/// A message `write` appends, length-prefixed.
+fn framed(write: impl FnOnce(&mut BytesMut) -> Result<(), Status>) -> Result<Bytes, Status> {
+    let mut out = BytesMut::with_capacity(256);
+    out.put_bytes(0, 5);
+    write(&mut out)?;
+    let len = u32::try_from(out.len() - 5).map_err(|_| Status::internal("response too large"))?;
+    out[1..5].copy_from_slice(&len.to_be_bytes());
+    Ok(out.freeze())
 }
 
 /// Decodes the request as `Req`, calls the method, and encodes its answer length-prefixed.
@@ -401,17 +423,11 @@ where
     Resp: prost::Message,
     F: Future<Output = Result<tonic::Response<Resp>, Status>>,
 {
-    let req = Req::decode(msg)
-        .map_err(|e| Status::internal(format!("failed to decode the request: {e}")))?;
-    let resp = method(req).await?.into_inner();
-    let len = resp.encoded_len();
-    let prefix = u32::try_from(len).map_err(|_| Status::internal("response too large"))?;
-    let mut out = BytesMut::with_capacity(5 + len);
-    out.put_u8(0);
-    out.put_u32(prefix);
-    resp.encode(&mut out)
-        .map_err(|e| Status::internal(format!("failed to encode the response: {e}")))?;
-    Ok(out.freeze())
+    let resp = method(decode(msg)?).await?.into_inner();
+    framed(|out| {
+        resp.encode(out)
+            .map_err(|e| Status::internal(format!("failed to encode the response: {e}")))
+    })
 }
 
 /// Reads the request body to its end and returns its one message, without the prefix.
@@ -523,7 +539,7 @@ fn fail(respond: &mut h2::server::SendResponse<Bytes>, status: &Status) {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    h.insert("grpc-status", HeaderValue::from(status.code() as i32));
+    h.insert(GRPC_STATUS, HeaderValue::from(status.code() as i32));
     if let Ok(m) = HeaderValue::from_str(&percent_encode(status.message())) {
         h.insert("grpc-message", m);
     }

@@ -36,6 +36,8 @@
 //! - `translate`: an Envoy descriptor's entries as Sluice descriptors; override units.
 //! - `response`: the decisions as Envoy's answer ([`Outcome`]): statuses, overall code,
 //!   headers and body.
+//! - `wire`: that answer written straight to its protobuf bytes ([`Outcome::encode`]), as
+//!   the gRPC port sends it.
 //!
 //! [`Engine::check`]: crate::engine::Engine::check
 //! [`DescriptorStatus`]: sluice_proto::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus
@@ -43,6 +45,7 @@
 mod response;
 mod service;
 mod translate;
+mod wire;
 
 pub use response::{Outcome, descriptor_status, rate_limit};
 pub use service::RateLimitService;

@@ -67,6 +67,25 @@ impl Outcome {
 
     /// The wire response, or the gRPC status Envoy should see.
     pub fn response(&self, cfg: &EnvoyConfig) -> Result<rls::RateLimitResponse, Status> {
+        let parts = self.parts(cfg)?;
+        Ok(rls::RateLimitResponse {
+            overall_code: parts.overall as i32,
+            statuses: self.decisions.iter().map(descriptor_status).collect(),
+            response_headers_to_add: parts
+                .headers
+                .into_iter()
+                .map(|(k, v)| header(k, v))
+                .collect(),
+            request_headers_to_add: Vec::new(),
+            raw_body: parts.raw_body.into_bytes(),
+            dynamic_metadata: None,
+            quota: None,
+        })
+    }
+
+    /// What the answer carries besides its statuses (the overall code, the headers in order,
+    /// the body), or the gRPC status Envoy should see instead.
+    pub(super) fn parts(&self, cfg: &EnvoyConfig) -> Result<Parts, Status> {
         let all = self.combined();
         if all.code == Code::Unavailable && cfg.unavailable_as == UnavailableAs::Error {
             return Err(Status::unavailable(format!(
@@ -74,35 +93,36 @@ impl Outcome {
                 all.decided_by.as_deref().unwrap_or("?")
             )));
         }
-        let statuses: Vec<DescriptorStatus> =
-            self.decisions.iter().map(descriptor_status).collect();
         let overall = if all.code == Code::Ok {
             RlsCode::Ok
         } else {
             RlsCode::OverLimit
         };
-        let mut response_headers_to_add = Vec::new();
+        let mut headers = Vec::new();
         if cfg.response_headers {
-            response_headers_to_add = headers_of(&all, cfg.header_set)
-                .into_iter()
-                .map(|(k, v)| header(k, v))
-                .collect();
+            headers = headers_of(&all, cfg.header_set);
         }
-        let mut raw_body = Vec::new();
+        let mut raw_body = String::new();
         if cfg.raw_body && all.code != Code::Ok {
-            raw_body = problem_json(&all).into_bytes();
-            response_headers_to_add.push(header("Content-Type", "application/problem+json".into()));
+            raw_body = problem_json(&all);
+            headers.push(("Content-Type", "application/problem+json".into()));
         }
-        Ok(rls::RateLimitResponse {
-            overall_code: overall as i32,
-            statuses,
-            response_headers_to_add,
-            request_headers_to_add: Vec::new(),
+        Ok(Parts {
+            overall,
+            headers,
             raw_body,
-            dynamic_metadata: None,
-            quota: None,
         })
     }
+}
+
+/// An answer's parts other than its statuses, as [`Outcome::parts`] gives them.
+pub(super) struct Parts {
+    /// `overall_code`.
+    pub overall: RlsCode,
+    /// `response_headers_to_add`, names and values in order.
+    pub headers: Vec<(&'static str, String)>,
+    /// `raw_body` (empty: none).
+    pub raw_body: String,
 }
 
 fn header(key: &str, value: String) -> HeaderValue {
@@ -126,6 +146,16 @@ const UNITS: [(Unit, u64); 7] = [
 /// A policy as Envoy's `RateLimit`: the unit closest to its window (by ratio), and the
 /// quota scaled to that unit (exact when the window is one unit; rounded, at least 1, else).
 pub fn rate_limit(p: &PolicyStatus) -> RateLimit {
+    let (requests_per_unit, unit) = quota(p);
+    RateLimit {
+        name: p.id.to_string(),
+        requests_per_unit,
+        unit: unit as i32,
+    }
+}
+
+/// [`rate_limit`]'s numbers: the quota per unit, and the unit.
+pub(super) fn quota(p: &PolicyStatus) -> (u32, Unit) {
     let w = p.window_s.max(1);
     let ratio = |u: u64| {
         let (a, b) = (w.max(u) as f64, w.min(u) as f64);
@@ -142,21 +172,30 @@ pub fn rate_limit(p: &PolicyStatus) -> RateLimit {
         let v = (u128::from(p.limit) * u128::from(unit_s) + u128::from(w) / 2) / u128::from(w);
         (v as u64).max(u64::from(p.limit > 0))
     };
-    RateLimit {
-        name: p.id.to_string(),
-        requests_per_unit: u32::try_from(scaled).unwrap_or(u32::MAX),
-        unit: unit as i32,
-    }
+    (u32::try_from(scaled).unwrap_or(u32::MAX), unit)
 }
 
-/// The status of one descriptor: its code, and the numbers of the refusing policy or else
-/// the most restrictive one the client may see.
-pub fn descriptor_status(d: &Decision) -> DescriptorStatus {
-    let code = if d.code == Code::Ok {
+/// Which policy's numbers a descriptor's status shows, and how much of them.
+pub(super) enum Shown<'a> {
+    /// None: the code alone.
+    Nothing,
+    /// `headers: retry_only`: the time to reset alone.
+    RetryOnly(&'a PolicyStatus),
+    /// Its limit, remaining and time to reset.
+    Full(&'a PolicyStatus),
+}
+
+/// A descriptor's code in Envoy's terms.
+pub(super) fn code(d: &Decision) -> RlsCode {
+    if d.code == Code::Ok {
         RlsCode::Ok
     } else {
         RlsCode::OverLimit
-    };
+    }
+}
+
+/// The refusing policy, or else the most restrictive one the client may see.
+pub(super) fn shown(d: &Decision) -> Shown<'_> {
     let deciding = d
         .decided_by
         .as_ref()
@@ -175,18 +214,29 @@ pub fn descriptor_status(d: &Decision) -> DescriptorStatus {
             }),
     };
     match shown {
-        None => DescriptorStatus {
+        None => Shown::Nothing,
+        Some(p) if p.headers == HeaderMode::RetryOnly => Shown::RetryOnly(p),
+        Some(p) => Shown::Full(p),
+    }
+}
+
+/// The status of one descriptor: its code, and the numbers of the refusing policy or else
+/// the most restrictive one the client may see.
+pub fn descriptor_status(d: &Decision) -> DescriptorStatus {
+    let code = code(d);
+    match shown(d) {
+        Shown::Nothing => DescriptorStatus {
             code: code as i32,
             ..Default::default()
         },
-        Some(p) if p.headers == HeaderMode::RetryOnly => DescriptorStatus {
+        Shown::RetryOnly(p) => DescriptorStatus {
             code: code as i32,
             current_limit: None,
             limit_remaining: 0,
             duration_until_reset: Some(duration(p.reset_s)),
             quota: None,
         },
-        Some(p) => DescriptorStatus {
+        Shown::Full(p) => DescriptorStatus {
             code: code as i32,
             current_limit: Some(rate_limit(p)),
             limit_remaining: u32::try_from(p.remaining).unwrap_or(u32::MAX),
@@ -198,10 +248,16 @@ pub fn descriptor_status(d: &Decision) -> DescriptorStatus {
 
 fn duration(secs: u64) -> sluice_proto::prost_types::Duration {
     sluice_proto::prost_types::Duration {
-        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+        seconds: seconds(secs),
         nanos: 0,
     }
 }
+
+/// A time to reset as `Duration.seconds`.
+pub(super) fn seconds(secs: u64) -> i64 {
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,21 @@ impl RateLimitService {
         Ok(Outcome { decisions })
     }
 
+    /// `ShouldRateLimit`'s decisions, or the `INVALID_ARGUMENT` Envoy should see; what the
+    /// gRPC port calls, without the tonic trait's boxed future.
+    pub async fn answer(&self, req: rls::RateLimitRequest) -> Result<Outcome, Status> {
+        self.decide(req).await.map_err(|e| {
+            // The engine already counted the requests it refused.
+            if !matches!(e, EnvoyError::Check(_)) {
+                self.engine
+                    .metrics
+                    .bad_requests
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Status::invalid_argument(e.to_string())
+        })
+    }
+
     async fn descriptor(
         &self,
         domain: &str,
@@ -176,16 +191,7 @@ impl rls::rate_limit_service_server::RateLimitService for RateLimitService {
         &self,
         req: Request<rls::RateLimitRequest>,
     ) -> Result<Response<rls::RateLimitResponse>, Status> {
-        let outcome = self.decide(req.into_inner()).await.map_err(|e| {
-            // The engine already counted the requests it refused.
-            if !matches!(e, EnvoyError::Check(_)) {
-                self.engine
-                    .metrics
-                    .bad_requests
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Status::invalid_argument(e.to_string())
-        })?;
+        let outcome = self.answer(req.into_inner()).await?;
         outcome.response(&self.config).map(Response::new)
     }
 }
