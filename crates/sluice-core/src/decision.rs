@@ -10,7 +10,7 @@ use crate::algo::{Outcome, Params, Remote};
 use crate::batch::{Call, CallResult, Item};
 use crate::matching::{Applied, Descriptors, applicable_into};
 use crate::rules::{Domain, FailureMode, HeaderMode, Mode};
-use crate::time::{Micros, ceil_millis, ceil_secs};
+use crate::time::{Micros, SECOND, ceil_millis, ceil_secs};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -365,32 +365,8 @@ impl Plan<'_> {
                     }
                     continue;
                 }
-                let mut status = match outcome {
-                    Some(o) => status(rule.id.clone(), &o, rule.headers, via),
-                    None => {
-                        let limit = a.params.limit();
-                        let closed = via == Via::FailedClosed;
-                        unavailable |= closed;
-                        PolicyStatus {
-                            id: rule.id.clone(),
-                            limit,
-                            window_s: ceil_secs(a.params.window()).max(1),
-                            remaining: if closed { 0 } else { limit },
-                            reset_s: 1,
-                            allowed: !closed,
-                            retry_after_ms: if closed { 1000 } else { 0 },
-                            headers: rule.headers,
-                            via,
-                        }
-                    }
-                };
-                if let Some(sp) = &a.split {
-                    // A sub-count's figures scaled to the whole rule, which is what the
-                    // client's quota is.
-                    status.remaining = sp.remaining(status.remaining, status.limit);
-                    status.limit = sp.limit;
-                    status.window_s = ceil_secs(sp.window).max(1);
-                }
+                let status = status(a, outcome.as_ref(), via);
+                unavailable |= via == Via::FailedClosed;
                 if !status.allowed
                     && status.via != Via::FailedClosed
                     && longest.is_none_or(|(ms, _)| status.retry_after_ms > ms)
@@ -416,21 +392,88 @@ impl Plan<'_> {
     }
 }
 
-fn status(id: Arc<str>, o: &Outcome, headers: HeaderMode, via: Via) -> PolicyStatus {
+/// The client-facing status of an applied rule: its advertised quota ([`advertised`]), what
+/// is left of it now and when that changes ([`reset_secs`]). `outcome` is `None` when the
+/// store failed and no local bucket answered (`via` says how the rule went then).
+fn status(a: &Applied<'_>, outcome: Option<&Outcome>, via: Via) -> PolicyStatus {
+    let rule = a.rule;
+    // A split rule's client sees the whole rule, not the sub-count it counted under.
+    let whole = a.split.as_ref().map_or(a.params.as_ref(), |sp| &sp.whole);
+    let (limit, window_s) = advertised(whole);
+    let Some(o) = outcome else {
+        let closed = via == Via::FailedClosed;
+        return PolicyStatus {
+            id: rule.id.clone(),
+            limit,
+            window_s,
+            remaining: if closed { 0 } else { whole.limit() },
+            reset_s: 1,
+            allowed: !closed,
+            retry_after_ms: if closed { 1000 } else { 0 },
+            headers: rule.headers,
+            via,
+        };
+    };
+    let retry_after_ms = if o.allowed {
+        0
+    } else {
+        ceil_millis(o.retry_after)
+    };
+    let remaining = match &a.split {
+        Some(sp) => sp.remaining(o.remaining, o.limit),
+        None => o.remaining,
+    };
     PolicyStatus {
-        id,
-        limit: o.limit,
-        window_s: ceil_secs(o.window).max(1),
-        remaining: o.remaining,
-        reset_s: ceil_secs(o.reset),
+        id: rule.id.clone(),
+        limit,
+        window_s,
+        remaining,
+        reset_s: reset_secs(&a.params, o, retry_after_ms),
         allowed: o.allowed,
-        retry_after_ms: if o.allowed {
-            0
-        } else {
-            ceil_millis(o.retry_after)
-        },
-        headers,
+        retry_after_ms,
+        headers: rule.headers,
         via,
+    }
+}
+
+/// A token bucket's or GCRA's sustained rate as `(q, w)`: `q` tokens every `w` seconds. The
+/// one place the header code reads a bucket's rate; `None` for the other algorithms.
+fn bucket_rate(params: &Params) -> Option<(u64, u64)> {
+    match params {
+        Params::TokenBucket { rate_per_s, .. } | Params::Gcra { rate_per_s, .. } => {
+            Some((*rate_per_s, 1))
+        }
+        _ => None,
+    }
+}
+
+/// `RateLimit-Policy`'s `q` and `w` for a rule's numbers. A bucket advertises its sustained
+/// rate ([`bucket_rate`]: `q / w` is the refill rate), not its burst: the burst is what
+/// `RateLimit`'s `r` shows when the bucket is full. A window advertises its limit per window
+/// (a calendar month as 30 days), a concurrency rule its slots (and its slot timeout as `w`).
+fn advertised(params: &Params) -> (u64, u64) {
+    bucket_rate(params).unwrap_or_else(|| (params.limit(), ceil_secs(params.window()).max(1)))
+}
+
+/// `RateLimit`'s `t`, whole seconds rounded up. Refused: the policy's own wait, as
+/// `Retry-After` says it (the deciding policy's `t` is the header's value). Allowed with
+/// nothing left: until a unit is back (a bucket's next token; a window's end). Else until
+/// the quota is whole again (a full bucket, the window's end).
+fn reset_secs(params: &Params, o: &Outcome, retry_after_ms: u64) -> u64 {
+    if !o.allowed {
+        return retry_after_secs(retry_after_ms);
+    }
+    match bucket_rate(params) {
+        Some((q, w)) if o.remaining == 0 => {
+            // To full is `limit` tokens away; the next token is `limit - 1` tokens sooner.
+            let per_token = u128::from(w) * u128::from(SECOND) / u128::from(q.max(1));
+            let sooner = per_token * u128::from(o.limit.saturating_sub(1));
+            ceil_secs(
+                o.reset
+                    .saturating_sub(u64::try_from(sooner).unwrap_or(u64::MAX)),
+            )
+        }
+        _ => ceil_secs(o.reset),
     }
 }
 
@@ -609,7 +652,8 @@ rules:
             .find(|(k, _)| *k == "RateLimit-Policy")
             .expect("policy")
             .1;
-        assert_eq!(policy, "\"burst\";q=20;w=20, \"daily\";q=1000;w=86400");
+        // The bucket's sustained rate (1/s), not its burst of 20.
+        assert_eq!(policy, "\"burst\";q=1;w=1, \"daily\";q=1000;w=86400");
         assert!(h.contains(&("X-RateLimit-Remaining", "0".to_string())));
         // Each set alone: the same values, the other set's headers left out.
         let names = |set| -> Vec<&str> { headers_of(&dec, set).iter().map(|(k, _)| *k).collect() };
@@ -635,6 +679,75 @@ rules:
         assert_eq!(dec.policies[1].remaining, 980);
         let body = problem_json(&dec);
         assert!(body.contains("\"violated-policies\":[\"burst\"]"), "{body}");
+    }
+
+    /// `RateLimit` of a decision, one `(r, t)` per visible policy.
+    fn state(d: &Decision) -> String {
+        headers(d)
+            .into_iter()
+            .find(|(k, _)| *k == "RateLimit")
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_bucket_advertises_its_rate_and_shows_its_tokens() {
+        let set = parse_yaml(
+            r#"
+domain: b
+rules:
+  - { id: tb, key: [k], algorithm: token_bucket, rate_per_s: 1, burst: 5 }
+  - { id: cell, key: [k], algorithm: gcra, rate_per_s: 1, burst: 5 }
+"#,
+        )
+        .expect("valid");
+        let dom = set.domain("b").expect("domain");
+        let mut states = Default::default();
+        let now = 1_000 * SECOND;
+        let mut check = |key: &str, cost: u64| {
+            let d = desc(&[("k", key)]);
+            let p = plan(dom, &d, now, cost, "r", |_| Remote::default());
+            p.decide(1, &run(&p, &mut states))
+        };
+        let first = check("a", 1);
+        let policy = &headers(&first)
+            .into_iter()
+            .find(|(k, _)| *k == "RateLimit-Policy")
+            .expect("policy")
+            .1;
+        assert_eq!(policy, "\"tb\";q=1;w=1, \"cell\";q=1;w=1");
+        // Four tokens left, one second to full.
+        assert_eq!(state(&first), "\"tb\";r=4;t=1, \"cell\";r=4;t=1");
+        for _ in 0..3 {
+            check("a", 1);
+        }
+        // The last token taken: t is the next token (1 s), not the time to full (5 s).
+        let last = check("a", 1);
+        assert!(last.allowed());
+        assert_eq!(state(&last), "\"tb\";r=0;t=1, \"cell\";r=0;t=1");
+        // Refused: t is the wait Retry-After gives.
+        let refused = check("a", 1);
+        assert!(!refused.allowed());
+        assert!(headers(&refused).contains(&("Retry-After", "1".to_string())));
+        assert_eq!(state(&refused), "\"tb\";r=0;t=1, \"cell\";r=0;t=1");
+        // A fresh key asking for 7 of 5: never fits, the wait is the time to full (5 s).
+        let big = check("b", 7);
+        assert!(headers(&big).contains(&("Retry-After", "5".to_string())));
+        assert_eq!(state(&big), "\"tb\";r=5;t=5, \"cell\";r=5;t=5");
+    }
+
+    #[test]
+    fn a_bucket_quota_is_its_rate_per_window() {
+        let tb = Params::TokenBucket {
+            rate_per_s: 10,
+            burst: 40,
+        };
+        assert_eq!(advertised(&tb), (10, 1));
+        let gcra = Params::Gcra {
+            rate_per_s: 3,
+            burst: 1,
+        };
+        assert_eq!(advertised(&gcra), (3, 1));
     }
 
     #[test]
