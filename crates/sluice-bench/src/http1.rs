@@ -1,7 +1,8 @@
 //! A minimal HTTP/1.1 keep-alive client over a tokio `TcpStream`: one connection per worker,
-//! one request at a time, `Content-Length` bodies only (what sluiced's JSON API sends). Kept
-//! this small so the client's own cost stays low and visible next to the server's; the response
-//! heads are parsed by the workspace's one HTTP/1.1 parser (`sluice_http1::parse_head`).
+//! one request at a time, `Content-Length` bodies only (what sluiced's JSON API, the gateway
+//! and the bench upstream send): a JSON `POST` or a plain `GET`. Kept this small so the
+//! client's own cost stays low and visible next to the server's; the response heads are parsed
+//! by the workspace's one HTTP/1.1 parser (`sluice_http1::parse_head`).
 
 use anyhow::{Context as _, anyhow, bail};
 use sluice_http1::{Body, Head, parse_head};
@@ -42,23 +43,6 @@ impl Http1 {
 
     /// Sends `POST path` with a JSON body; returns the status and the body.
     pub async fn post_json(&mut self, path: &str, body: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
-        let r = self.exchange(path, body).await;
-        if r.is_err() {
-            self.conn = None;
-        }
-        r
-    }
-
-    async fn exchange(&mut self, path: &str, body: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
-        if self.conn.is_none() {
-            let s = TcpStream::connect(self.addr)
-                .await
-                .with_context(|| format!("connecting to {}", self.addr))?;
-            s.set_nodelay(true)?;
-            self.conn = Some(s);
-            self.buf.clear();
-        }
-        let conn = self.conn.as_mut().ok_or_else(|| anyhow!("no connection"))?;
         self.request.clear();
         self.request.extend_from_slice(b"POST ");
         self.request.extend_from_slice(path.as_bytes());
@@ -71,6 +55,51 @@ impl Http1 {
             .extend_from_slice(body.len().to_string().as_bytes());
         self.request.extend_from_slice(b"\r\n\r\n");
         self.request.extend_from_slice(body);
+        self.send().await
+    }
+
+    /// Sends `GET path` with the given extra headers (name, value); returns the status and
+    /// the body.
+    pub async fn get(
+        &mut self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, Vec<u8>)> {
+        self.request.clear();
+        self.request.extend_from_slice(b"GET ");
+        self.request.extend_from_slice(path.as_bytes());
+        self.request.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        self.request
+            .extend_from_slice(self.addr.to_string().as_bytes());
+        for (name, value) in headers {
+            self.request.extend_from_slice(b"\r\n");
+            self.request.extend_from_slice(name.as_bytes());
+            self.request.extend_from_slice(b": ");
+            self.request.extend_from_slice(value.as_bytes());
+        }
+        self.request.extend_from_slice(b"\r\n\r\n");
+        self.send().await
+    }
+
+    /// Sends the request built in `self.request`; drops the connection after an error.
+    async fn send(&mut self) -> anyhow::Result<(u16, Vec<u8>)> {
+        let r = self.exchange().await;
+        if r.is_err() {
+            self.conn = None;
+        }
+        r
+    }
+
+    async fn exchange(&mut self) -> anyhow::Result<(u16, Vec<u8>)> {
+        if self.conn.is_none() {
+            let s = TcpStream::connect(self.addr)
+                .await
+                .with_context(|| format!("connecting to {}", self.addr))?;
+            s.set_nodelay(true)?;
+            self.conn = Some(s);
+            self.buf.clear();
+        }
+        let conn = self.conn.as_mut().ok_or_else(|| anyhow!("no connection"))?;
         conn.write_all(&self.request).await?;
 
         let head = loop {

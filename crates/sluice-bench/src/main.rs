@@ -2,13 +2,15 @@
 //!
 //! It speaks Sluice's gRPC `Check`, Envoy's `ShouldRateLimit` (so the same load can be
 //! offered to Sluice and to any other Envoy rate limit service, such as Limitador) and
-//! Sluice's HTTP JSON API. Closed loop finds saturation; open loop offers a fixed rate and
-//! measures latency from each request's intended send time. See docs/benchmark.md.
+//! Sluice's HTTP JSON API; `--api get` sends a plain HTTP `GET`, to a gateway or straight
+//! to its upstream, so the latency a gateway adds is one subtraction. Closed loop finds
+//! saturation; open loop offers a fixed rate and measures latency from each request's
+//! intended send time. See docs/benchmark.md.
 //!
 //! # Layout
 //!
 //! - [`keys`]: key distributions (hot, uniform, Zipf) over a seeded generator.
-//! - [`target`]: the three APIs' clients.
+//! - [`target`]: the APIs' clients (and a plain `GET`, for gateways).
 //! - [`http1`]: the minimal HTTP/1.1 keep-alive client behind the HTTP API.
 //! - [`h2grpc`]: the lean unary gRPC client on HTTP/2 behind the Envoy API.
 //! - [`run`]: the open and closed loops, histograms, progress line.
@@ -38,7 +40,7 @@ struct Args {
     /// Which API to call.
     #[arg(long, value_enum, default_value = "envoy")]
     api: target::Api,
-    /// Server address, host:port (gRPC port for grpc/envoy, HTTP port for http).
+    /// Server address, host:port (gRPC port for grpc/envoy, HTTP port for http and get).
     #[arg(long, required_unless_present = "print_request")]
     addr: Option<String>,
     /// Domain (a Limitador namespace).
@@ -65,6 +67,13 @@ struct Args {
     /// Cost of each request (Envoy hits_addend).
     #[arg(long, default_value_t = 1)]
     cost: u32,
+    /// `--api get`: the path requested.
+    #[arg(long, default_value = "/")]
+    path: String,
+    /// `--api get`: send the drawn key in this header (e.g. a gateway's API key header);
+    /// without it no key is sent.
+    #[arg(long)]
+    key_header: Option<String>,
     /// Open loop at this many requests per second; without it, closed loop.
     #[arg(long)]
     rate: Option<f64>,
@@ -121,6 +130,21 @@ fn shape(a: &Args, addr: SocketAddr) -> anyhow::Result<target::Shape> {
         };
         extra.push((k.to_string(), v.to_string()));
     }
+    // Both go into the request head as written: no byte may end a line or a token early.
+    if !a.path.starts_with('/') || a.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        bail!(
+            "--path {:?} must start with / and hold no spaces or control characters",
+            a.path
+        );
+    }
+    if let Some(h) = &a.key_header
+        && (h.is_empty()
+            || !h
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)))
+    {
+        bail!("--key-header {h:?} is not a header name");
+    }
     Ok(target::Shape {
         api: a.api,
         addr,
@@ -129,6 +153,8 @@ fn shape(a: &Args, addr: SocketAddr) -> anyhow::Result<target::Shape> {
         key_prefix: a.key_prefix.clone(),
         extra,
         cost: a.cost,
+        path: a.path.clone(),
+        key_header: a.key_header.clone(),
     })
 }
 

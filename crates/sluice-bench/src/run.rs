@@ -280,7 +280,7 @@ async fn open_request(
 pub async fn run(plan: Plan) -> anyhow::Result<Outcome> {
     anyhow::ensure!(plan.concurrency > 0, "--concurrency must be at least 1");
     let chans = match plan.shape.api {
-        crate::target::Api::Http => Vec::new(),
+        crate::target::Api::Http | crate::target::Api::Get => Vec::new(),
         api => {
             channels(
                 api,

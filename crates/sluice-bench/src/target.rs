@@ -1,5 +1,7 @@
-//! The three ways to ask a limiter: Sluice's own gRPC `Check`, Envoy's `ShouldRateLimit`
-//! (which Limitador serves too, so one client measures both), and the HTTP JSON API.
+//! The ways to ask a limiter: Sluice's own gRPC `Check`, Envoy's `ShouldRateLimit` (which
+//! Limitador serves too, so one client measures both), and the HTTP JSON API; and a plain
+//! HTTP `GET`, to measure what a gateway in front of an upstream adds (the same request to
+//! the gateway and to the upstream directly).
 
 use crate::h2grpc;
 use crate::http1::Http1;
@@ -21,6 +23,8 @@ pub enum Api {
     Envoy,
     /// `POST /v1/limits:check`.
     Http,
+    /// A plain `GET` of `--path` (a gateway or an upstream): 2xx allowed, 429 refused.
+    Get,
 }
 
 impl Api {
@@ -30,6 +34,7 @@ impl Api {
             Api::Grpc => "grpc",
             Api::Envoy => "envoy",
             Api::Http => "http",
+            Api::Get => "get",
         }
     }
 }
@@ -51,6 +56,10 @@ pub struct Shape {
     pub extra: Vec<(String, String)>,
     /// Cost (Envoy: `hits_addend`).
     pub cost: u32,
+    /// `get`: the request path.
+    pub path: String,
+    /// `get`: the header that carries the drawn key (none: no key is sent).
+    pub key_header: Option<String>,
 }
 
 /// A limiter's answer.
@@ -70,6 +79,8 @@ pub enum Client {
     Envoy(h2grpc::Conn),
     /// HTTP JSON, one keep-alive connection.
     Http(Box<Http1>),
+    /// Plain `GET`, one keep-alive connection.
+    Get(Box<Http1>),
 }
 
 /// One HTTP/2 connection of a gRPC API, shared by the workers given it.
@@ -119,6 +130,7 @@ impl Client {
             (Api::Grpc, Some(Link::Tonic(ch))) => Client::Grpc(LimiterClient::new(ch)),
             (Api::Envoy, Some(Link::H2(c))) => Client::Envoy(c),
             (Api::Http, _) => Client::Http(Box::new(Http1::new(shape.addr))),
+            (Api::Get, _) => Client::Get(Box::new(Http1::new(shape.addr))),
             (api, _) => bail!("no connection of the right kind for {}", api.name()),
         })
     }
@@ -174,6 +186,20 @@ impl Client {
                     Ok(Verdict::Denied)
                 } else {
                     bail!("no \"allowed\" in the response body")
+                }
+            }
+            Client::Get(c) => {
+                let (status, body) = match &shape.key_header {
+                    Some(h) => c.get(&shape.path, &[(h.as_str(), key)]).await?,
+                    None => c.get(&shape.path, &[]).await?,
+                };
+                match status {
+                    200..=299 => Ok(Verdict::Allowed),
+                    429 => Ok(Verdict::Denied),
+                    _ => bail!(
+                        "HTTP {status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    ),
                 }
             }
         }
@@ -255,6 +281,8 @@ mod tests {
             key_prefix: "u".into(),
             extra: vec![("route".into(), "GET /".into())],
             cost: 2,
+            path: "/".into(),
+            key_header: None,
         };
         let v: serde_json::Value =
             serde_json::from_str(&http_body(&shape, "u1")).expect("valid JSON");
