@@ -211,7 +211,7 @@ pub fn answer_into(call: &Call, states: &[Option<State>], out: &mut CallResult) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::Window;
+    use crate::algo::{Rate, Window};
     use crate::time::SECOND;
 
     fn call(items: Vec<Item>) -> Call {
@@ -247,7 +247,7 @@ mod tests {
             item(
                 "burst",
                 Params::TokenBucket {
-                    rate_per_s: 1,
+                    rate: Rate::per_second(1),
                     burst: 10,
                 },
             ),
@@ -347,7 +347,7 @@ mod tests {
         let mut c = call(vec![item(
             "b",
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 1,
             },
         )]);

@@ -282,8 +282,8 @@ pub fn scale(params: &Params, permille: u64) -> Params {
     let s = |v: u64| (v.saturating_mul(permille) / 1000).max(1);
     let mut p = params.clone();
     match &mut p {
-        Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
-            *rate_per_s = s(*rate_per_s);
+        Params::TokenBucket { rate, burst } | Params::Gcra { rate, burst } => {
+            *rate = rate.with_tokens(s).unwrap_or(*rate);
             *burst = s(*burst);
         }
         Params::FixedWindow { limit, .. }
@@ -440,8 +440,8 @@ fn status(a: &Applied<'_>, outcome: Option<&Outcome>, via: Via) -> PolicyStatus 
 /// one place the header code reads a bucket's rate; `None` for the other algorithms.
 fn bucket_rate(params: &Params) -> Option<(u64, u64)> {
     match params {
-        Params::TokenBucket { rate_per_s, .. } | Params::Gcra { rate_per_s, .. } => {
-            Some((*rate_per_s, 1))
+        Params::TokenBucket { rate, .. } | Params::Gcra { rate, .. } => {
+            Some(rate.per_whole_seconds())
         }
         _ => None,
     }
@@ -584,6 +584,7 @@ pub fn retry_after_secs(ms: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::State;
+    use crate::algo::Rate;
     use crate::batch::{Write, apply};
     use crate::rules::parse_yaml;
     use crate::time::SECOND;
@@ -739,12 +740,12 @@ rules:
     #[test]
     fn a_bucket_quota_is_its_rate_per_window() {
         let tb = Params::TokenBucket {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 40,
         };
         assert_eq!(advertised(&tb), (10, 1));
         let gcra = Params::Gcra {
-            rate_per_s: 3,
+            rate: Rate::per_second(3),
             burst: 1,
         };
         assert_eq!(advertised(&gcra), (3, 1));
@@ -778,7 +779,7 @@ rules:
         assert_eq!(
             fb.items[0].params,
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 10
             }
         );

@@ -153,7 +153,7 @@ impl<I: Hash + Eq, C: Hash + Eq + Clone, T: Clone> EdgeGuard<I, C, T> {
         }
         if let (Some(limit), Some(client)) = (self.config.flood, client) {
             let params = Params::TokenBucket {
-                rate_per_s: limit.rate_per_s,
+                rate: crate::algo::Rate::per_second(limit.rate_per_s),
                 burst: limit.burst,
             };
             let req = Request {

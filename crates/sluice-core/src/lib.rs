@@ -38,5 +38,5 @@ pub mod rules;
 pub mod ship;
 pub mod time;
 
-pub use algo::{Outcome, Params, Remote, Request, State};
+pub use algo::{Outcome, Params, Rate, Remote, Request, State};
 pub use time::Micros;

@@ -236,6 +236,7 @@ pub(crate) fn desc(pairs: &[(&str, &str)]) -> Descriptors {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::Rate;
     use crate::rules::parse_yaml;
 
     fn ids(a: &[Applied<'_>]) -> Vec<String> {
@@ -300,7 +301,7 @@ overrides:
         assert_eq!(
             *big[0].params,
             Params::TokenBucket {
-                rate_per_s: 200,
+                rate: Rate::per_second(200),
                 burst: 400
             }
         );

@@ -393,7 +393,7 @@ fn merge_slot(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64, now:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::{self, Request, State, Window};
+    use crate::algo::{self, Rate, Request, State, Window};
     use crate::time::SECOND;
     use proptest::prelude::*;
 
@@ -415,7 +415,7 @@ mod tests {
 
     fn bucket() -> Params {
         Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 100,
         }
     }
@@ -520,7 +520,7 @@ mod tests {
         // heard of, or the region would ship nothing (and the simulator decide differently).
         let mut rc = RemoteCounts::new("us", 100, 0);
         let gcra = Params::Gcra {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 100,
         };
         for p in [bucket(), gcra] {
@@ -555,7 +555,7 @@ mod tests {
         use crate::batch::{Call, Item, Write, apply};
         use crate::ship::{BusyOn, observed};
         let p = Params::TokenBucket {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 20,
         };
         let mut rc = RemoteCounts::new("us", 100, 0);
@@ -721,7 +721,7 @@ mod tests {
             reps in prop::collection::vec((0u8..3, 0u64..40), 1..40),
             seed in any::<u64>(),
         ) {
-            let p = Params::TokenBucket { rate_per_s: 1, burst: 1_000 };
+            let p = Params::TokenBucket { rate: Rate::per_second(1), burst: 1_000 };
             // Deliver each report twice, in a seeded order.
             let mut msgs: Vec<(u8, u64)> = reps.iter().chain(&reps).copied().collect();
             let mut s = seed;

@@ -395,7 +395,7 @@ pub fn message_bytes(region: &str, entry_bytes: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::Window;
+    use crate::algo::{Rate, Window};
     use crate::time::SECOND;
 
     const MIN: Micros = 60 * SECOND;
@@ -552,7 +552,7 @@ mod tests {
     fn buckets_ship_cumulative_figures_by_depletion() {
         let mut u = LocalUsage::new(0);
         let p = Params::TokenBucket {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 100,
         };
         u.observe("b", &p, 10, 1, 500, 50);
@@ -602,11 +602,11 @@ mod tests {
         let b = outcome(100, 25, 500);
         for p in [
             Params::TokenBucket {
-                rate_per_s: 10,
+                rate: Rate::per_second(10),
                 burst: 100,
             },
             Params::Gcra {
-                rate_per_s: 10,
+                rate: Rate::per_second(10),
                 burst: 100,
             },
         ] {

@@ -1,16 +1,13 @@
 //! GCRA: a token bucket whose whole state is one timestamp (the theoretical arrival time).
 //!
-//! The emission interval is rounded up to whole microseconds, so GCRA never admits more than
-//! its rate; at rates where that rounding matters (above ~10,000/s) use `token_bucket`.
+//! The emission interval ([`Rate::interval`]) is rounded up to whole microseconds, so GCRA
+//! never admits more than its rate; it is exact when the period divides by the tokens
+//! (`10/1m`: 6 s, `1/1h`, 1,000/s). Where that rounding matters (above ~10,000/s) use
+//! `token_bucket`, which is exact at every rate.
 
 use super::token_bucket::{usage, used_after};
-use super::{Outcome, Request, State, probe_cost};
-use crate::time::{Micros, SECOND, div_ceil};
-
-/// Emission interval: microseconds per request.
-pub(super) fn interval(rate: u64) -> Micros {
-    div_ceil(SECOND, rate)
-}
+use super::{Outcome, Rate, Request, State, probe_cost};
+use crate::time::Micros;
 
 /// How long a TAT stays meaningful at `now` (its store TTL): until it is `now` or earlier,
 /// when absent state says the same. The one expiry rule of GCRA (`take`, `give_back`).
@@ -22,8 +19,8 @@ pub(super) fn ttl(tat: Micros, now: Micros) -> Micros {
 /// of debt; the remote figure seen (what was not applied is owed: `seen` lags the figure by
 /// it, at most one burst, and it is applied as the TAT comes back); this region's cumulative
 /// `used` (0 for a fresh key: a new generation).
-fn current(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
-    let t = interval(rate);
+fn current(rate: Rate, burst: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
+    let t = rate.interval();
     let (tat, seen, used) = match state {
         Some(State::Gcra { tat, seen, used }) => (*tat, *seen, *used),
         _ => (req.now, req.remote.cur, 0),
@@ -40,8 +37,13 @@ fn current(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> (
     (tat + applied * t, seen, used)
 }
 
-pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> Outcome {
-    let t = interval(rate);
+pub(super) fn evaluate(
+    rate: Rate,
+    burst: u64,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> Outcome {
+    let t = rate.interval();
     let tolerance = t * burst;
     let (tat, _, used) = current(rate, burst, state, req);
     let now = req.now;
@@ -83,12 +85,12 @@ pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Reque
 }
 
 pub(super) fn take(
-    rate: u64,
+    rate: Rate,
     burst: u64,
     state: Option<&State>,
     req: &Request<'_>,
 ) -> (State, Micros) {
-    let t = interval(rate);
+    let t = rate.interval();
     let (tat, seen, used) = current(rate, burst, state, req);
     // A charged refusal may not push the TAT beyond one full burst of debt.
     let tat = (tat + req.cost * t).min(req.now + t * burst);
@@ -104,7 +106,7 @@ mod tests {
     #[test]
     fn burst_then_one_per_interval() {
         let p = Params::Gcra {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 5,
         };
         let r = |now| Request {

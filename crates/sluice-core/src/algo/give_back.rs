@@ -23,7 +23,7 @@
 //! gets the TTL `take` would give it, from the algorithm's own expiry rule; a TTL of 0 (a
 //! bucket full again) means delete, as for `take`.
 
-use super::{Kind, Params, Remote, Request, State, TOKEN_SCALE};
+use super::{Kind, Params, Remote, Request, State};
 use super::{fixed_window, gcra, sliding_window, token_bucket};
 use crate::time::Micros;
 
@@ -61,8 +61,8 @@ pub fn give_back(
         return None;
     }
     match (params, state?) {
-        (Params::TokenBucket { rate_per_s, burst }, st @ State::TokenBucket { .. }) => {
-            let (rate, burst) = (*rate_per_s, *burst);
+        (Params::TokenBucket { rate, burst }, st @ State::TokenBucket { .. }) => {
+            let (rate, burst) = (*rate, *burst);
             // Refilled as `evaluate` refills; no remote figure (it is only drained by checks).
             let req = Request {
                 now: g.now,
@@ -72,14 +72,15 @@ pub fn give_back(
             };
             let (tokens, ts, seen, used) = token_bucket::current(rate, burst, Some(st), &req);
             // `units` past the burst fill it all the same: bounding it keeps the sum exact.
-            let tokens = (tokens + g.units.min(burst) * TOKEN_SCALE).min(burst * TOKEN_SCALE);
+            let scale = rate.scale();
+            let tokens = (tokens + g.units.min(burst) * scale).min(burst * scale);
             Some((
-                token_bucket::normalize(tokens, ts, seen, used, rate),
+                token_bucket::normalize(tokens, ts, seen, used, rate.units()),
                 token_bucket::ttl(rate, burst, tokens),
             ))
         }
-        (Params::Gcra { rate_per_s, .. }, State::Gcra { tat, seen, used }) => {
-            let back = g.units.saturating_mul(gcra::interval(*rate_per_s));
+        (Params::Gcra { rate, .. }, State::Gcra { tat, seen, used }) => {
+            let back = g.units.saturating_mul(rate.interval());
             let tat = tat.saturating_sub(back).max(g.now);
             Some((
                 State::Gcra {
@@ -125,7 +126,7 @@ pub fn give_back(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Window, evaluate, take};
+    use super::super::{Rate, Window, evaluate, take};
     use super::*;
     use crate::time::SECOND;
 
@@ -238,7 +239,7 @@ mod tests {
     #[test]
     fn a_token_bucket_refills_then_takes_the_units_back_capped_at_the_burst() {
         let p = Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 20,
         };
         let (_, back) = lease(&p, None, 10, 4, T0, T0 + 2 * SECOND);
@@ -261,7 +262,7 @@ mod tests {
     #[test]
     fn a_shared_bucket_keeps_its_used_and_seen() {
         let p = Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 20,
         };
         let shared = Request {
@@ -282,7 +283,7 @@ mod tests {
             "{back:?}"
         );
         let gp = Params::Gcra {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 20,
         };
         let (st, _) = take(&gp, None, &shared);
@@ -300,7 +301,7 @@ mod tests {
     #[test]
     fn gcra_moves_its_tat_back_never_before_now() {
         let p = Params::Gcra {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 20,
         };
         let (_, back) = lease(&p, None, 10, 3, T0, T0);
@@ -372,7 +373,7 @@ mod tests {
         let (st, _) = take(&fw, None, &req(T0, 2));
         assert_eq!(give_back(&fw, Some(&st), &g(0, T0, T0)), None);
         let tb = Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 5,
         };
         assert_eq!(give_back(&tb, Some(&st), &g(2, T0, T0)), None);

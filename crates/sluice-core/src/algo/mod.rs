@@ -12,6 +12,7 @@ mod concurrency;
 mod fixed_window;
 mod gcra;
 mod give_back;
+mod rate;
 mod sliding_log;
 mod sliding_window;
 mod state;
@@ -19,6 +20,7 @@ mod token_bucket;
 
 pub use calendar::{Calendar, CalendarUnit};
 pub use give_back::{GiveBackReq, give_back};
+pub use rate::{MAX_PERIOD, Rate, RateError, parse_rate};
 pub use state::{DecodeError, State};
 
 use crate::time::Micros;
@@ -27,7 +29,8 @@ use crate::time::Micros;
 pub const MAX_LIMIT: u64 = 1_000_000_000;
 /// Sliding logs keep one entry per admitted unit, so only small limits are allowed.
 pub const MAX_LOG_LIMIT: u64 = 10_000;
-/// Token bucket state is kept in micro-tokens: exact refill at microsecond resolution.
+/// Token bucket state of a rate per second is kept in micro-tokens (other rates in their
+/// own [`Rate::scale`]): exact refill at microsecond resolution.
 pub const TOKEN_SCALE: u64 = 1_000_000;
 /// Ceiling of a bucket's cumulative `used` (2^53 − 1): Lua holds it exactly. A take adds at
 /// most `burst` (≤ 10^9), so it is only reached after ~9·10^6 full-burst takes in one key
@@ -67,17 +70,17 @@ impl Window {
 /// Validated numbers of one algorithm.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Params {
-    /// Refills `rate_per_s` tokens a second up to `burst`.
+    /// Refills at `rate` up to `burst`.
     TokenBucket {
-        /// Tokens added per second.
-        rate_per_s: u64,
+        /// Tokens added per period.
+        rate: Rate,
         /// Capacity.
         burst: u64,
     },
     /// Generic cell rate: the same shape as a token bucket with one timestamp of state.
     Gcra {
-        /// Requests per second.
-        rate_per_s: u64,
+        /// Requests per period.
+        rate: Rate,
         /// Requests that may arrive at once.
         burst: u64,
     },
@@ -169,10 +172,8 @@ impl Params {
     /// The period the quota refers to (`w` in `RateLimit-Policy`).
     pub fn window(&self) -> Micros {
         match self {
-            Params::TokenBucket { rate_per_s, burst } => {
-                token_bucket::full_period(*rate_per_s, *burst)
-            }
-            Params::Gcra { rate_per_s, burst } => gcra::interval(*rate_per_s) * burst,
+            Params::TokenBucket { rate, burst } => token_bucket::full_period(*rate, *burst),
+            Params::Gcra { rate, burst } => rate.interval() * burst,
             Params::FixedWindow { window, .. } => window.nominal(),
             Params::SlidingWindow { window, .. } | Params::SlidingLog { window, .. } => *window,
             Params::Concurrency { timeout, .. } => *timeout,
@@ -256,10 +257,8 @@ pub(crate) fn probe_cost(cost: u64) -> u64 {
 /// Says whether `req` fits, without changing anything.
 pub fn evaluate(params: &Params, state: Option<&State>, req: &Request<'_>) -> Outcome {
     match params {
-        Params::TokenBucket { rate_per_s, burst } => {
-            token_bucket::evaluate(*rate_per_s, *burst, state, req)
-        }
-        Params::Gcra { rate_per_s, burst } => gcra::evaluate(*rate_per_s, *burst, state, req),
+        Params::TokenBucket { rate, burst } => token_bucket::evaluate(*rate, *burst, state, req),
+        Params::Gcra { rate, burst } => gcra::evaluate(*rate, *burst, state, req),
         Params::FixedWindow { limit, window } => fixed_window::evaluate(*limit, window, state, req),
         Params::SlidingWindow { limit, window } => {
             sliding_window::evaluate(*limit, *window, state, req)
@@ -278,10 +277,8 @@ pub fn evaluate(params: &Params, state: Option<&State>, req: &Request<'_>) -> Ou
 /// state unchanged (normalised).
 pub fn take(params: &Params, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
     match params {
-        Params::TokenBucket { rate_per_s, burst } => {
-            token_bucket::take(*rate_per_s, *burst, state, req)
-        }
-        Params::Gcra { rate_per_s, burst } => gcra::take(*rate_per_s, *burst, state, req),
+        Params::TokenBucket { rate, burst } => token_bucket::take(*rate, *burst, state, req),
+        Params::Gcra { rate, burst } => gcra::take(*rate, *burst, state, req),
         Params::FixedWindow { limit: _, window } => fixed_window::take(window, state, req),
         Params::SlidingWindow { limit: _, window } => sliding_window::take(*window, state, req),
         Params::SlidingLog { limit, window } => sliding_log::take(*limit, *window, state, req),

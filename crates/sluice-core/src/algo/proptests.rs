@@ -4,11 +4,26 @@ use super::*;
 use crate::time::{MILLI, SECOND};
 use proptest::prelude::*;
 
+/// A bucket's rate: per second (micro-tokens), or a few per a period of seconds, minutes,
+/// hours or any whole number of milliseconds (sub-token units of their own).
+fn rate() -> impl Strategy<Value = Rate> {
+    let period = prop_oneof![
+        Just(60 * SECOND),
+        Just(3_600 * SECOND),
+        (1u64..=120_000).prop_map(|ms| ms * MILLI),
+    ];
+    // Mostly per second, so slow buckets (empty for minutes) leave the properties that
+    // need a fitting request enough cases.
+    prop_oneof![
+        2 => (1u64..50).prop_map(Rate::per_second),
+        1 => (1u64..30, period).prop_map(|(n, per)| Rate::new(n, per).expect("a valid rate")),
+    ]
+}
+
 fn params() -> impl Strategy<Value = Params> {
     prop_oneof![
-        (1u64..50, 1u64..30)
-            .prop_map(|(rate_per_s, burst)| Params::TokenBucket { rate_per_s, burst }),
-        (1u64..50, 1u64..30).prop_map(|(rate_per_s, burst)| Params::Gcra { rate_per_s, burst }),
+        (rate(), 1u64..30).prop_map(|(rate, burst)| Params::TokenBucket { rate, burst }),
+        (rate(), 1u64..30).prop_map(|(rate, burst)| Params::Gcra { rate, burst }),
         (1u64..30, 1u64..5_000).prop_map(|(limit, ms)| Params::FixedWindow {
             limit,
             window: Window::Epoch(ms * MILLI)
@@ -86,10 +101,10 @@ proptest! {
     fn never_admits_more_than_the_definition(p in params(), s in steps()) {
         let admitted = run(&p, &s);
         match &p {
-            Params::TokenBucket { rate_per_s: r, burst: b } | Params::Gcra { rate_per_s: r, burst: b } => {
+            Params::TokenBucket { rate: r, burst: b } | Params::Gcra { rate: r, burst: b } => {
                 // In any interval of length L: burst + rate·L.
-                for len in [1, 100 * MILLI, SECOND, 5 * SECOND] {
-                    let cap = b + (r * len).div_ceil(SECOND);
+                for len in [1, 100 * MILLI, SECOND, 5 * SECOND, 60 * SECOND] {
+                    let cap = b + (r.tokens() * len).div_ceil(r.per());
                     prop_assert!(max_in(&admitted, len) <= cap, "{} > {cap} in {len}us", max_in(&admitted, len));
                 }
             }
@@ -162,9 +177,46 @@ proptest! {
     /// take (a charged refusal counting at most the burst), monotone until the key expires
     /// (its TTL passes: the bucket is full), then 0 again; the outcome reports it after the
     /// request, and sharing changes no decision.
+    /// The token bucket is exact at every rate: it decides as a model counting tokens in
+    /// 1/per units (`tokens` arrive each µs) with unbounded integers, the definition itself.
+    #[test]
+    fn a_token_bucket_is_the_exact_definition(
+        rate in rate(),
+        burst in 1u64..30,
+        s in prop::collection::vec(
+            (prop_oneof![Just(0u64), 0u64..2_000, 0u64..3 * SECOND, 0u64..200 * SECOND], 0u64..4),
+            1..200,
+        ),
+    ) {
+        let p = Params::TokenBucket { rate, burst };
+        let (n, per) = (u128::from(rate.tokens()), u128::from(rate.per()));
+        let cap = u128::from(burst) * per;
+        let mut now = 1_700_000_000 * SECOND;
+        let (mut st, mut model, mut last): (Option<State>, u128, Micros) = (None, cap, now);
+        for (gap, cost) in s {
+            now += gap;
+            model = (model + u128::from(now - last) * n).min(cap);
+            last = now;
+            let o = evaluate(&p, st.as_ref(), &req(now, cost, ""));
+            let need = u128::from(cost.max(1)) * per;
+            prop_assert_eq!(o.allowed, need <= model, "cost {} at {}", cost, now);
+            if o.allowed {
+                model -= u128::from(cost) * per;
+                prop_assert_eq!(u128::from(o.remaining), model / per);
+                prop_assert_eq!(u128::from(o.reset), (cap - model).div_ceil(n));
+                st = Some(take(&p, st.as_ref(), &req(now, cost, "")).0);
+            } else {
+                prop_assert_eq!(u128::from(o.remaining), model / per);
+                // A cost above the burst never fits: it is told the time to fill.
+                let wait = if need > cap { cap } else { need - model };
+                prop_assert_eq!(u128::from(o.retry_after), wait.div_ceil(n));
+            }
+        }
+    }
+
     #[test]
     fn shared_buckets_count_their_generation(
-        rate in 1u64..50,
+        rate in rate(),
         burst in 1u64..30,
         gcra in any::<bool>(),
         s in prop::collection::vec(
@@ -173,9 +225,9 @@ proptest! {
         ),
     ) {
         let p = if gcra {
-            Params::Gcra { rate_per_s: rate, burst }
+            Params::Gcra { rate, burst }
         } else {
-            Params::TokenBucket { rate_per_s: rate, burst }
+            Params::TokenBucket { rate, burst }
         };
         let mut now = 1_700_000_000 * SECOND;
         type Held = Option<(State, Micros)>;
@@ -236,11 +288,21 @@ fn any_leasable_state(field: u64, count: u64) -> impl Strategy<Value = (Params, 
     let n = move || 0..=field;
     let c = move || 0..=count;
     let big = || 1u64..=MAX_LIMIT;
+    // Any rate up to the bounds: per second, or over any period that keeps the bucket exact.
+    let any_rate = || {
+        prop_oneof![
+            big().prop_map(Rate::per_second),
+            (big(), 1u64..=MAX_PERIOD / MILLI)
+                .prop_filter_map("a rate the rules take", |(n, ms)| Rate::new(n, ms * MILLI)
+                    .ok()),
+        ]
+    };
     prop_oneof![
-        (big(), big(), n(), n(), n(), n()).prop_map(
-            |(rate_per_s, burst, tokens, ts, seen, used)| {
+        (any_rate(), big(), n(), n(), n(), n())
+            .prop_filter("a burst the rate takes", |(r, b, ..)| r.fits(*b).is_ok())
+            .prop_map(|(rate, burst, tokens, ts, seen, used)| {
                 (
-                    Params::TokenBucket { rate_per_s, burst },
+                    Params::TokenBucket { rate, burst },
                     State::TokenBucket {
                         tokens,
                         ts,
@@ -248,16 +310,15 @@ fn any_leasable_state(field: u64, count: u64) -> impl Strategy<Value = (Params, 
                         used,
                     },
                 )
-            }
-        ),
-        (big(), 1u64..=1_000_000, n(), n(), n()).prop_map(
-            |(burst, rate_per_s, tat, seen, used)| {
+            }),
+        (big(), any_rate(), n(), n(), n())
+            .prop_filter("a burst the rate takes", |(b, r, ..)| r.fits(*b).is_ok())
+            .prop_map(|(burst, rate, tat, seen, used)| {
                 (
-                    Params::Gcra { rate_per_s, burst },
+                    Params::Gcra { rate, burst },
                     State::Gcra { tat, seen, used },
                 )
-            }
-        ),
+            }),
         (big(), 1u64..=86_400_000, n(), c()).prop_map(|(limit, ms, start, count)| {
             let window = ms * MILLI;
             // A start on the window's grid, as every written state has.

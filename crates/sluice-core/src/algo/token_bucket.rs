@@ -1,21 +1,22 @@
-//! Token bucket: `burst` tokens, refilled at `rate_per_s`.
+//! Token bucket: `burst` tokens, refilled at a [`Rate`].
 //!
-//! Tokens are kept in micro-tokens, so a refill of `rate` tokens per second is exactly `rate`
-//! micro-tokens per microsecond: no rounding, ever. Absent state is a full bucket, so a key
-//! expires as soon as its bucket is full again.
+//! Tokens are kept in the rate's units ([`Rate::scale`] a token; micro-tokens for rates per
+//! second), so a refill is exactly [`Rate::units`] units per microsecond: no rounding, ever,
+//! `10/1m` included. Absent state is a full bucket, so a key expires as soon as its bucket is
+//! full again.
 //!
 //! A stored state is written in its shortest exact form ([`normalize`]): "`tokens` at `ts`"
-//! equals "0 tokens at `ts - tokens / rate`" whenever `rate` divides `tokens`, which always
-//! holds for rates dividing 10^6 (1, 2, 5, 10, 20, 100, 1000, ...). The state is then one
-//! integer, and Redis keeps one integer inside the key's object: 72 bytes a key instead of 104
-//! (docs/redis.md).
+//! equals "0 tokens at `ts - tokens / units`" whenever `units` divides `tokens`, which always
+//! holds for rates dividing 10^6 a second (1, 2, 5, 10, 20, 100, 1000, ...) and for rates of
+//! one unit a µs (`10/1m`, `1/1h`). The state is then one integer, and Redis keeps one
+//! integer inside the key's object: 72 bytes a key instead of 104 (docs/redis.md).
 
-use super::{MAX_USED, Outcome, Request, State, TOKEN_SCALE, probe_cost};
+use super::{MAX_USED, Outcome, Rate, Request, State, probe_cost};
 use crate::time::{Micros, div_ceil};
 
 /// Time for an empty bucket to fill.
-pub(super) fn full_period(rate: u64, burst: u64) -> Micros {
-    div_ceil(burst * TOKEN_SCALE, rate)
+pub(super) fn full_period(rate: Rate, burst: u64) -> Micros {
+    div_ceil(burst * rate.scale(), rate.units())
 }
 
 /// This generation's cumulative consumption after a take of `cost`: a charged refusal can
@@ -29,22 +30,23 @@ pub(super) fn used_after(used: u64, cost: u64, burst: u64, req: &Request<'_>) ->
     }
 }
 
-/// How long a bucket holding `tokens` micro-tokens stays meaningful (its store TTL): until
-/// it is full again, when absent state says the same. 0 for a full bucket (no key). The one
-/// expiry rule of a bucket: `take` and `give_back` both use it.
-pub(super) fn ttl(rate: u64, burst: u64, tokens: u64) -> Micros {
-    div_ceil(burst * TOKEN_SCALE - tokens, rate)
+/// How long a bucket holding `tokens` units stays meaningful (its store TTL): until it is
+/// full again, when absent state says the same. 0 for a full bucket (no key). The one expiry
+/// rule of a bucket: `take` and `give_back` both use it.
+pub(super) fn ttl(rate: Rate, burst: u64, tokens: u64) -> Micros {
+    div_ceil(burst * rate.scale() - tokens, rate.units())
 }
 
 /// Tokens at `now` (refilled, remote consumption drained), the remote figure seen, and this
 /// region's cumulative `used` (0 when the key is fresh: a new generation).
 pub(super) fn current(
-    rate: u64,
+    rate: Rate,
     burst: u64,
     state: Option<&State>,
     req: &Request<'_>,
 ) -> (u64, Micros, u64, u64) {
-    let cap = burst * TOKEN_SCALE;
+    let (scale, units) = (rate.scale(), rate.units());
+    let cap = burst * scale;
     let (mut tokens, ts, seen, used) = match state {
         Some(State::TokenBucket {
             tokens,
@@ -55,10 +57,10 @@ pub(super) fn current(
             let tokens = (*tokens).min(cap);
             let elapsed = req.now.saturating_sub(*ts);
             let missing = cap - tokens;
-            let tokens = if elapsed >= div_ceil(missing, rate) {
+            let tokens = if elapsed >= div_ceil(missing, units) {
                 cap
             } else {
-                tokens + elapsed * rate
+                tokens + elapsed * units
             };
             (tokens, (*ts).max(req.now), *seen, *used)
         }
@@ -69,8 +71,8 @@ pub(super) fn current(
     // is owed): forgiven, it let a bucket busy in every region refill from empty at the full
     // rate in each, 2.4x its limit over three regions.
     let fresh = req.remote.cur.saturating_sub(seen);
-    let drained = fresh.min(tokens / TOKEN_SCALE);
-    tokens -= drained * TOKEN_SCALE;
+    let drained = fresh.min(tokens / scale);
+    tokens -= drained * scale;
     let seen = if fresh > 0 {
         req.remote.cur - (fresh - drained).min(burst)
     } else {
@@ -88,19 +90,31 @@ pub(super) fn usage(used: u64, burst: u64, remaining: u64, req: &Request<'_>) ->
     }
 }
 
-pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Request<'_>) -> Outcome {
-    let cap = burst * TOKEN_SCALE;
+pub(super) fn evaluate(
+    rate: Rate,
+    burst: u64,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> Outcome {
+    let (scale, units) = (rate.scale(), rate.units());
+    let cap = burst * scale;
     let (tokens, _, _, used) = current(rate, burst, state, req);
-    let need = probe_cost(req.cost) * TOKEN_SCALE;
     let window = full_period(rate, burst);
+    // A cost above the burst never fits (and would pass 2^53 in units).
+    let probe = probe_cost(req.cost);
+    let need = if probe > burst {
+        cap + 1
+    } else {
+        probe * scale
+    };
     if need <= tokens {
-        let after = tokens - req.cost * TOKEN_SCALE;
-        let remaining = after / TOKEN_SCALE;
+        let after = tokens - req.cost * scale;
+        let remaining = after / scale;
         Outcome {
             allowed: true,
             limit: burst,
             remaining,
-            reset: div_ceil(cap - after, rate),
+            reset: div_ceil(cap - after, units),
             retry_after: 0,
             window,
             usage: usage(
@@ -111,17 +125,17 @@ pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Reque
             ),
         }
     } else {
-        let remaining = tokens / TOKEN_SCALE;
+        let remaining = tokens / scale;
         let retry_after = if need > cap {
             window
         } else {
-            div_ceil(need - tokens, rate)
+            div_ceil(need - tokens, units)
         };
         Outcome {
             allowed: false,
             limit: burst,
             remaining,
-            reset: div_ceil(cap - tokens, rate),
+            reset: div_ceil(cap - tokens, units),
             retry_after,
             window,
             usage: usage(used, burst, remaining, req),
@@ -133,9 +147,9 @@ pub(super) fn evaluate(rate: u64, burst: u64, state: Option<&State>, req: &Reque
 /// bucket was empty, when that instant is a whole microsecond. Refill from it gives the same
 /// tokens at every `now >= ts` (and fewer, never more, before it). Shared buckets keep
 /// `seen`/`used`, so they keep their fields.
-pub(super) fn normalize(tokens: u64, ts: Micros, seen: u64, used: u64, rate: u64) -> State {
-    let back = tokens / rate;
-    if seen == 0 && used == 0 && tokens.is_multiple_of(rate) && back <= ts {
+pub(super) fn normalize(tokens: u64, ts: Micros, seen: u64, used: u64, units: u64) -> State {
+    let back = tokens / units;
+    if seen == 0 && used == 0 && tokens.is_multiple_of(units) && back <= ts {
         State::TokenBucket {
             tokens: 0,
             ts: ts - back,
@@ -153,25 +167,58 @@ pub(super) fn normalize(tokens: u64, ts: Micros, seen: u64, used: u64, rate: u64
 }
 
 pub(super) fn take(
-    rate: u64,
+    rate: Rate,
     burst: u64,
     state: Option<&State>,
     req: &Request<'_>,
 ) -> (State, Micros) {
     let (tokens, ts, seen, used) = current(rate, burst, state, req);
-    let tokens = tokens.saturating_sub(req.cost * TOKEN_SCALE);
+    // A charge above the burst empties the bucket, no more.
+    let tokens = tokens.saturating_sub(req.cost.min(burst) * rate.scale());
     let used = used_after(used, req.cost, burst, req);
     (
-        normalize(tokens, ts, seen, used, rate),
+        normalize(tokens, ts, seen, used, rate.units()),
         ttl(rate, burst, tokens),
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Params, Remote, evaluate, take};
+    use super::super::{Params, Remote, TOKEN_SCALE, evaluate, take};
     use super::*;
     use crate::time::SECOND;
+
+    /// `10/1m` (6·10^6 units a token, one a µs): ten at once, then one every 6 s exactly.
+    #[test]
+    fn ten_per_minute_refills_one_every_6_s() {
+        let p = Params::TokenBucket {
+            rate: Rate::new(10, 60 * SECOND).expect("10/1m"),
+            burst: 10,
+        };
+        let t0 = 1_800_000_000 * SECOND;
+        let mut st = None;
+        for _ in 0..10 {
+            assert!(evaluate(&p, st.as_ref(), &req(t0, 1)).allowed);
+            st = Some(take(&p, st.as_ref(), &req(t0, 1)).0);
+        }
+        let o = evaluate(&p, st.as_ref(), &req(t0, 1));
+        assert_eq!(
+            (o.allowed, o.retry_after, o.window),
+            (false, 6 * SECOND, 60 * SECOND)
+        );
+        for k in 1..=20 {
+            let due = t0 + k * 6 * SECOND;
+            assert!(
+                !evaluate(&p, st.as_ref(), &req(due - 1, 1)).allowed,
+                "token {k}"
+            );
+            assert!(evaluate(&p, st.as_ref(), &req(due, 1)).allowed, "token {k}");
+            let (s, _) = take(&p, st.as_ref(), &req(due, 1));
+            // One unit a µs: every state is the one-integer form.
+            assert_eq!(s.encode().split(' ').count(), 1, "{s:?}");
+            st = Some(s);
+        }
+    }
 
     fn req(now: Micros, cost: u64) -> Request<'static> {
         Request {
@@ -185,7 +232,7 @@ mod tests {
     #[test]
     fn burst_then_refill() {
         let p = Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 20,
         };
         let mut st: Option<State> = None;
@@ -208,7 +255,7 @@ mod tests {
     #[test]
     fn remote_consumption_is_drained_once() {
         let p = Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 10,
         };
         let r = |cur| Request {
@@ -228,7 +275,7 @@ mod tests {
     #[test]
     fn a_shared_bucket_counts_what_it_took() {
         let p = Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 10,
         };
         let r = |cost, shared| Request {
@@ -258,10 +305,8 @@ mod tests {
     fn normalized_state_refills_exactly_like_the_original() {
         let t0 = 1_800_000_000 * SECOND;
         for (rate, burst) in [(20, 40), (7, 10), (1000, 1), (3, 300)] {
-            let p = Params::TokenBucket {
-                rate_per_s: rate,
-                burst,
-            };
+            let rate = Rate::per_second(rate);
+            let p = Params::TokenBucket { rate, burst };
             let (s, _) = take(&p, None, &req(t0, 1));
             let raw = State::TokenBucket {
                 tokens: (burst - 1) * TOKEN_SCALE,
@@ -269,7 +314,7 @@ mod tests {
                 seen: 0,
                 used: 0,
             };
-            if ((burst - 1) * TOKEN_SCALE).is_multiple_of(rate) {
+            if ((burst - 1) * TOKEN_SCALE).is_multiple_of(rate.units()) {
                 assert!(matches!(s, State::TokenBucket { tokens: 0, .. }), "{s:?}");
                 assert_eq!(s.encode().split(' ').count(), 1, "one integer");
             } else {
@@ -287,7 +332,7 @@ mod tests {
         }
         // A bucket at time 0 cannot move its instant before the epoch: it keeps its fields.
         let p = Params::TokenBucket {
-            rate_per_s: 20,
+            rate: Rate::per_second(20),
             burst: 40,
         };
         let (s, _) = take(&p, None, &req(0, 1));
@@ -304,12 +349,12 @@ mod tests {
     #[test]
     fn cost_above_burst_never_fits() {
         let p = Params::TokenBucket {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 5,
         };
         let o = evaluate(&p, None, &req(0, 6));
         assert!(!o.allowed);
-        assert_eq!(o.retry_after, full_period(10, 5));
+        assert_eq!(o.retry_after, full_period(Rate::per_second(10), 5));
     }
 
     /// Other regions' consumption beyond what the bucket holds is owed, not forgiven: it
@@ -317,7 +362,7 @@ mod tests {
     #[test]
     fn remote_consumption_past_empty_is_owed() {
         let p = Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 10,
         };
         let at = |now: Micros, cur: u64| Request {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::Remote;
+use crate::algo::Rate;
 use crate::batch::apply;
 use crate::decision::{Code, Via, plan};
 use crate::rules::parse_yaml;
@@ -199,7 +200,7 @@ fn a_failed_call_is_answered_by_its_local_rules_at_the_local_share() {
             .collect::<Vec<_>>(),
         [
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 10
             },
             match &p.calls[0].call.items[3].params {

@@ -151,12 +151,12 @@ pub fn share_of(params: &Params, daemons: u64) -> Option<Params> {
     let n = daemons.max(1);
     let part = |v: u64| Some(v / n).filter(|&v| v > 0);
     Some(match *params {
-        Params::TokenBucket { rate_per_s, burst } => Params::TokenBucket {
-            rate_per_s: part(rate_per_s)?,
+        Params::TokenBucket { rate, burst } => Params::TokenBucket {
+            rate: rate.with_tokens(|t| t / n)?,
             burst: part(burst)?,
         },
-        Params::Gcra { rate_per_s, burst } => Params::Gcra {
-            rate_per_s: part(rate_per_s)?,
+        Params::Gcra { rate, burst } => Params::Gcra {
+            rate: rate.with_tokens(|t| t / n)?,
             burst: part(burst)?,
         },
         Params::FixedWindow { limit, ref window } => Params::FixedWindow {

@@ -4,6 +4,7 @@
 
 use super::tests::{Mem, desc};
 use super::*;
+use crate::algo::Rate;
 use crate::decision::plan;
 use crate::rules::{RuleSet, parse_yaml};
 use crate::time::MILLI;
@@ -231,7 +232,7 @@ fn one_daemon_on_a_bucket_keeps_its_rate() {
     );
     // An override's bigger rate shortens the interval its calls sync at.
     let faster = Params::TokenBucket {
-        rate_per_s: 5_000,
+        rate: Rate::per_second(5_000),
         burst: 500,
     };
     assert_eq!(
@@ -241,7 +242,7 @@ fn one_daemon_on_a_bucket_keeps_its_rate() {
     assert_eq!(
         gate::effective_interval(
             &Params::TokenBucket {
-                rate_per_s: 500,
+                rate: Rate::per_second(500),
                 burst: 500
             },
             SECOND
@@ -424,13 +425,13 @@ fn the_block_refuses_what_a_gate_cannot_do() {
 #[test]
 fn a_share_rounds_down_and_refuses_an_empty_one() {
     let p = Params::TokenBucket {
-        rate_per_s: 10,
+        rate: Rate::per_second(10),
         burst: 7,
     };
     assert_eq!(
         gate::share_of(&p, 3),
         Some(Params::TokenBucket {
-            rate_per_s: 3,
+            rate: Rate::per_second(3),
             burst: 2
         })
     );

@@ -383,11 +383,8 @@ fn refill_wait(call: &Call, result: &CallResult, batch: u64) -> Micros {
         .zip(&result.outcomes)
         .filter(|(i, _)| i.enforce)
         .map(|(i, o)| match i.params {
-            Params::TokenBucket { rate_per_s, .. } | Params::Gcra { rate_per_s, .. } => {
-                crate::time::div_ceil(
-                    batch.saturating_sub(o.remaining) * SECOND,
-                    rate_per_s.max(1),
-                )
+            Params::TokenBucket { rate, .. } | Params::Gcra { rate, .. } => {
+                rate.time_for(batch.saturating_sub(o.remaining))
             }
             _ => 0,
         })

@@ -120,10 +120,11 @@ pub fn lease_refusal(kind: Kind) -> Option<&'static str> {
     }
 }
 
-/// The rule's rate in units per second, for the `auto` batch (at least 1 per window).
+/// The rule's rate in whole units per second (rounded down: 0 below one a second), for the
+/// `auto` batch.
 pub fn per_second(params: &Params) -> u64 {
     match params {
-        Params::TokenBucket { rate_per_s, .. } | Params::Gcra { rate_per_s, .. } => *rate_per_s,
+        Params::TokenBucket { rate, .. } | Params::Gcra { rate, .. } => rate.tokens_in(SECOND),
         p => {
             let w = p.window().max(1);
             p.limit().saturating_mul(SECOND) / w

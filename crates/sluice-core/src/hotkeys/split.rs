@@ -44,8 +44,10 @@ pub fn sub_params(params: &Params, part: u32, of: u32) -> Params {
     let s = |v: u64| share(v, part, of);
     let mut p = params.clone();
     match &mut p {
-        Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
-            *rate_per_s = s(*rate_per_s);
+        Params::TokenBucket { rate, burst } | Params::Gcra { rate, burst } => {
+            // A share of no token keeps the whole rate's period with none: validation refuses
+            // splits that leave one (`numbers`), so this only guards arithmetic.
+            *rate = rate.with_tokens(s).unwrap_or(*rate);
             *burst = s(*burst);
         }
         Params::FixedWindow { limit, .. }
@@ -60,8 +62,8 @@ pub fn sub_params(params: &Params, part: u32, of: u32) -> Params {
 /// the rule format, for validation: a split leaving a sub-count with 0 of any is refused.
 pub fn numbers(params: &Params) -> Vec<(&'static str, u64)> {
     match params {
-        Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
-            vec![("rate_per_s", *rate_per_s), ("burst", *burst)]
+        Params::TokenBucket { rate, burst } | Params::Gcra { rate, burst } => {
+            vec![("rate", rate.tokens()), ("burst", *burst)]
         }
         p => vec![("limit", p.limit())],
     }
@@ -135,7 +137,7 @@ pub fn apply(a: &mut Applied<'_>, request_id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::Window;
+    use crate::algo::{Rate, Window};
     use crate::time::SECOND;
 
     #[test]
@@ -152,22 +154,22 @@ mod tests {
             }
         }
         let tb = Params::TokenBucket {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 40,
         };
         assert_eq!(
             (0..3).map(|p| sub_params(&tb, p, 3)).collect::<Vec<_>>(),
             [
                 Params::TokenBucket {
-                    rate_per_s: 4,
+                    rate: Rate::per_second(4),
                     burst: 14
                 },
                 Params::TokenBucket {
-                    rate_per_s: 3,
+                    rate: Rate::per_second(3),
                     burst: 13
                 },
                 Params::TokenBucket {
-                    rate_per_s: 3,
+                    rate: Rate::per_second(3),
                     burst: 13
                 },
             ]

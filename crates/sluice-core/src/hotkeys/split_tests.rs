@@ -54,7 +54,7 @@ fn validation_refuses_what_cannot_be_split() {
         ),
         (
             "{ id: a, key: [k], algorithm: token_bucket, rate_per_s: 2, burst: 100, hot_keys: { split: 3 } }",
-            "rate_per_s of at least 3, got 2",
+            "rate of at least 3, got 2",
         ),
         (
             "{ id: a, key: [k], algorithm: gcra, rate_per_s: 100, burst: 1, hot_keys: { split: 2 } }",

@@ -8,6 +8,7 @@ use crate::algo::Kind;
 /// A rule giving one its algorithm does not take is refused (`does not apply to ...`).
 pub const ALGORITHM_FIELDS: &[&str] = &[
     "rate_per_s",
+    "rate",
     "burst",
     "limit",
     "window",
@@ -21,6 +22,8 @@ pub const ALGORITHM_FIELDS: &[&str] = &[
 pub struct AlgorithmFields {
     /// The algorithm.
     pub kind: Kind,
+    /// Fields of which a rule must give exactly one (a bucket's `rate_per_s` or `rate`).
+    pub either: &'static [&'static str],
     /// Fields a rule must give (`is required for ...`).
     pub required: &'static [&'static str],
     /// Fields a rule may give: `calendar_tz` aligns a fixed window to a calendar, a
@@ -48,41 +51,62 @@ impl AlgorithmFields {
         self.kind.name()
     }
 
-    /// Whether a rule of this algorithm takes the field (required or allowed).
+    /// Whether a rule of this algorithm takes the field (either, required or allowed).
     pub fn takes(&self, field: &str) -> bool {
-        self.required.contains(&field) || self.allowed.contains(&field)
+        self.either.contains(&field)
+            || self.required.contains(&field)
+            || self.allowed.contains(&field)
+    }
+
+    /// Every field it takes, in the table's order (either, required, allowed).
+    pub fn fields(&self) -> impl Iterator<Item = &'static str> {
+        self.either
+            .iter()
+            .chain(self.required)
+            .chain(self.allowed)
+            .copied()
     }
 }
+
+/// A bucket's rate: `rate_per_s: N` (a whole number a second, the original form) or
+/// `rate: N/<duration>` (`10/1m`, any period).
+const BUCKET_RATE: &[&str] = &["rate_per_s", "rate"];
 
 /// Every algorithm, in the order the rule format lists them.
 pub const ALGORITHMS: &[AlgorithmFields] = &[
     AlgorithmFields {
         kind: Kind::TokenBucket,
-        required: &["rate_per_s", "burst"],
+        either: BUCKET_RATE,
+        required: &["burst"],
         allowed: &[],
     },
     AlgorithmFields {
         kind: Kind::Gcra,
-        required: &["rate_per_s", "burst"],
+        either: BUCKET_RATE,
+        required: &["burst"],
         allowed: &[],
     },
     AlgorithmFields {
         kind: Kind::FixedWindow,
+        either: &[],
         required: &["limit", "window"],
         allowed: &["calendar_tz"],
     },
     AlgorithmFields {
         kind: Kind::SlidingWindow,
+        either: &[],
         required: &["limit", "window"],
         allowed: &[],
     },
     AlgorithmFields {
         kind: Kind::SlidingLog,
+        either: &[],
         required: &["limit", "window"],
         allowed: &[],
     },
     AlgorithmFields {
         kind: Kind::Concurrency,
+        either: &[],
         required: &["limit"],
         allowed: &["timeout"],
     },
@@ -98,6 +122,7 @@ mod tests {
     fn sample(field: &str) -> Value {
         match field {
             "rate_per_s" | "burst" | "limit" => json!(5),
+            "rate" => json!("5/1m"),
             "window" => json!("1h"),
             "calendar_tz" => json!("UTC"),
             "timeout" => json!("1s"),
@@ -143,8 +168,8 @@ mod tests {
             assert_eq!(named, Some(AlgorithmFields::of(kind)));
         }
         for a in ALGORITHMS {
-            for f in a.required.iter().chain(a.allowed) {
-                assert!(ALGORITHM_FIELDS.contains(f), "{}: {f}", a.name());
+            for f in a.fields() {
+                assert!(ALGORITHM_FIELDS.contains(&f), "{}: {f}", a.name());
             }
         }
     }
@@ -152,8 +177,32 @@ mod tests {
     #[test]
     fn the_validator_follows_the_table() {
         for a in ALGORITHMS {
-            let mut all: Vec<&str> = a.required.to_vec();
+            // One of `either` (each in turn below), every required and allowed field.
+            let mut all: Vec<&str> = a.either.iter().take(1).copied().collect();
+            all.extend(a.required);
             all.extend(a.allowed);
+            for one in a.either {
+                let mut with: Vec<&str> = vec![one];
+                with.extend(a.required);
+                assert_eq!(
+                    problems(&rule_with(a, &with)),
+                    vec![],
+                    "{}: {one}",
+                    a.name()
+                );
+            }
+            if let [first, second, ..] = a.either {
+                let rest: Vec<&str> = a.required.to_vec();
+                let got = problems(&rule_with(a, &rest));
+                assert_eq!(got.len(), 1, "{}: neither: {got:?}", a.name());
+                assert!(got[0].field == *second && got[0].message.starts_with("is required for"));
+                let mut both = vec![*first, *second];
+                both.extend(a.required);
+                let got = problems(&rule_with(a, &both));
+                let want = format!("give {second} or {first}, not both");
+                assert!(has(&got, second, &want), "{}: both: {got:?}", a.name());
+                assert_eq!(got.len(), 1, "{}: both: {got:?}", a.name());
+            }
             let full = rule_with(a, &all);
             assert_eq!(
                 problems(&full),
@@ -161,7 +210,8 @@ mod tests {
                 "{}: every field it takes",
                 a.name()
             );
-            assert_eq!(problems(&rule_with(a, a.required)), vec![], "{}", a.name());
+            let minimal: Vec<&str> = a.either.iter().take(1).chain(a.required).copied().collect();
+            assert_eq!(problems(&rule_with(a, &minimal)), vec![], "{}", a.name());
             for missing in a.required {
                 let rest: Vec<&str> = all.iter().copied().filter(|f| f != missing).collect();
                 let got = problems(&rule_with(a, &rest));
@@ -221,12 +271,7 @@ mod tests {
             .collect();
         let want: Vec<(&str, Vec<&str>)> = ALGORITHMS
             .iter()
-            .map(|a| {
-                (
-                    a.name(),
-                    a.required.iter().chain(a.allowed).copied().collect(),
-                )
-            })
+            .map(|a| (a.name(), a.fields().collect()))
             .collect();
         assert_eq!(rows, want);
     }

@@ -2,6 +2,7 @@
 //! field becomes a [`Problem`] under the rule (or override) it belongs to.
 
 use super::Problem;
+use crate::algo::{Rate, parse_rate};
 use crate::time::{Span, parse_span};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
@@ -100,10 +101,52 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// Exactly one of `either` (`rate_per_s`, `rate`): both given is refused, and neither is
+    /// `is required for {algorithm}` under the second (unless one was given but refused).
+    pub(super) fn need_one(&mut self, either: &[&str], given: usize, algorithm: &str) {
+        let [first, second, ..] = either else {
+            return;
+        };
+        if given > 1 {
+            self.bad(second, format!("give {second} or {first}, not both"));
+        } else if given == 0
+            && !self
+                .problems
+                .iter()
+                .any(|p| p.at == self.at && either.contains(&p.field.as_str()))
+        {
+            self.bad(
+                second,
+                format!("is required for {algorithm} ({second}: N/<duration> such as 10/1m, or {first}: N)"),
+            );
+        }
+    }
+
     pub(super) fn span(&mut self, field: &'static str) -> Option<Span> {
         let s = self.string(field, false)?;
         match parse_span(&s) {
             Ok(sp) => Some(sp),
+            Err(e) => {
+                self.bad(field, e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A bucket's `rate`: `<count>/<duration>` ([`crate::algo::parse_rate`]).
+    pub(super) fn rate(&mut self, field: &'static str) -> Option<Rate> {
+        let s = match self.take(field)? {
+            Value::String(s) => s.clone(),
+            other => {
+                self.bad(
+                    field,
+                    format!("expected a rate like 10/1m (a count, /, a duration), got {other}"),
+                );
+                return None;
+            }
+        };
+        match parse_rate(&s) {
+            Ok(r) => Some(r),
             Err(e) => {
                 self.bad(field, e.to_string());
                 None

@@ -19,7 +19,7 @@ pub(crate) use fields::Fields;
 use overrides::override_;
 use rule::rule;
 
-use crate::algo::Params;
+use crate::algo::{Params, Rate};
 use crate::matching::Index;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashSet};
@@ -117,8 +117,8 @@ pub struct Override {
     pub exempt: bool,
     /// Replacement `limit`.
     pub limit: Option<u64>,
-    /// Replacement `rate_per_s`.
-    pub rate_per_s: Option<u64>,
+    /// Replacement rate (`rate`, or `rate_per_s` as a rate per second).
+    pub rate: Option<Rate>,
     /// Replacement `burst`.
     pub burst: Option<u64>,
     /// As written.
@@ -130,8 +130,8 @@ impl Override {
     pub fn apply(&self, params: &Params) -> Params {
         let mut p = params.clone();
         match &mut p {
-            Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
-                *rate_per_s = self.rate_per_s.unwrap_or(*rate_per_s);
+            Params::TokenBucket { rate, burst } | Params::Gcra { rate, burst } => {
+                *rate = self.rate.unwrap_or(*rate);
                 *burst = self.burst.unwrap_or(*burst);
             }
             Params::FixedWindow { limit, .. }

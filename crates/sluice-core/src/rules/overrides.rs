@@ -2,7 +2,7 @@
 //! may replace are the ones its rule's algorithm takes (`rules::ALGORITHMS`).
 
 use super::{AlgorithmFields, Fields, Override, Problem, Rule};
-use crate::algo::MAX_LIMIT;
+use crate::algo::{MAX_LIMIT, Params, Rate};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,8 +48,13 @@ pub(super) fn override_(
     let exempt = f.boolean("exempt").unwrap_or(false);
     let limit = f.count("limit", MAX_LIMIT);
     let rate_per_s = f.count("rate_per_s", MAX_LIMIT);
+    let rate_text = f.rate("rate");
     let burst = f.count("burst", MAX_LIMIT);
-    let numbers = limit.is_some() || rate_per_s.is_some() || burst.is_some();
+    if rate_per_s.is_some() && rate_text.is_some() {
+        f.bad("rate", "give rate or rate_per_s, not both");
+    }
+    let rate = rate_text.or(rate_per_s.map(Rate::per_second));
+    let numbers = limit.is_some() || rate.is_some() || burst.is_some();
     let target = rule_id
         .as_deref()
         .and_then(|id| rules.iter().find(|r| &*r.id == id));
@@ -63,7 +68,7 @@ pub(super) fn override_(
     } else if !exempt && !numbers {
         f.bad(
             "exempt",
-            "an override needs exempt: true or new numbers (limit, rate_per_s, burst)",
+            "an override needs exempt: true or new numbers (limit, rate or rate_per_s, burst)",
         );
     } else if numbers {
         match target {
@@ -73,6 +78,7 @@ pub(super) fn override_(
                 let given = [
                     ("limit", limit.is_some()),
                     ("rate_per_s", rate_per_s.is_some()),
+                    ("rate", rate_text.is_some()),
                     ("burst", burst.is_some()),
                 ];
                 // The numbers this rule's algorithm takes, the ones an override may replace.
@@ -100,10 +106,18 @@ pub(super) fn override_(
                     rule: None,
                     exempt: false,
                     limit,
-                    rate_per_s,
+                    rate,
                     burst,
                     source: Value::Null,
                 };
+                // New numbers at the rule's rate (or the rule's burst at a new rate) must stay
+                // in the exact range the rule's own do.
+                if let Params::TokenBucket { rate, burst } | Params::Gcra { rate, burst } =
+                    ours.apply(&r.params)
+                    && let Err(e) = rate.fits(burst)
+                {
+                    f.bad("burst", e.to_string());
+                }
                 if split > 1
                     && let Some(problem) =
                         crate::hotkeys::config::split_leaves_zero(&ours.apply(&r.params), split)
@@ -126,7 +140,7 @@ pub(super) fn override_(
         rule: rule_id.map(|s| Arc::from(s.as_str())),
         exempt,
         limit,
-        rate_per_s,
+        rate,
         burst,
         source: v.clone(),
     })
@@ -172,7 +186,7 @@ overrides:
                 "overrides[0]: burst: rule w is a fixed_window (use limit)",
                 "overrides[1]: rate_per_s: rule w is a fixed_window (use limit)",
                 "overrides[1]: burst: rule w is a fixed_window (use limit)",
-                "overrides[2]: limit: rule b is a gcra (use rate_per_s, burst)",
+                "overrides[2]: limit: rule b is a gcra (use rate_per_s, rate, burst)",
             ]
         );
     }

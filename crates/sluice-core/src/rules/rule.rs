@@ -3,7 +3,7 @@
 
 use super::algorithms::{ALGORITHM_FIELDS, ALGORITHMS, AlgorithmFields};
 use super::{FailureMode, Fields, HeaderMode, Mode, Problem, Rule, Scope};
-use crate::algo::{Calendar, CalendarUnit, Kind, MAX_LIMIT, MAX_LOG_LIMIT, Params, Window};
+use crate::algo::{Calendar, CalendarUnit, Kind, MAX_LIMIT, MAX_LOG_LIMIT, Params, Rate, Window};
 use crate::time::{MILLI, SECOND, Span};
 use serde_json::Value;
 use std::sync::Arc;
@@ -95,7 +95,8 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         ),
     }
     let algorithm = f.string("algorithm", true);
-    let rate = f.count("rate_per_s", MAX_LIMIT);
+    let rate_per_s = f.count("rate_per_s", MAX_LIMIT);
+    let rate = f.rate("rate");
     let burst = f.count("burst", MAX_LIMIT);
     let limit_max = if algorithm.as_deref() == Some(Kind::SlidingLog.name()) {
         MAX_LOG_LIMIT
@@ -182,7 +183,8 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     let hot_keys_v = f.take("hot_keys");
 
     let numbers = Numbers {
-        rate_per_s: rate,
+        rate_per_s,
+        rate,
         burst,
         limit,
         window,
@@ -200,6 +202,8 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
                 for &field in a.required {
                     f.need(field, numbers.given(field), name);
                 }
+                let given = a.either.iter().filter(|e| numbers.given(e)).count();
+                f.need_one(a.either, given, name);
                 params(&mut f, a.kind, numbers)
             }
             None => {
@@ -240,6 +244,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
 /// A rule's algorithm fields as read, each `None` when absent or already refused.
 struct Numbers {
     rate_per_s: Option<u64>,
+    rate: Option<Rate>,
     burst: Option<u64>,
     limit: Option<u64>,
     window: Option<Span>,
@@ -252,6 +257,7 @@ impl Numbers {
     fn given(&self, field: &str) -> bool {
         match field {
             "rate_per_s" => self.rate_per_s.is_some(),
+            "rate" => self.rate.is_some(),
             "burst" => self.burst.is_some(),
             "limit" => self.limit.is_some(),
             "window" => self.window.is_some(),
@@ -267,14 +273,19 @@ impl Numbers {
 /// sliding window's 2^51, the concurrency timeout's default).
 fn params(f: &mut Fields<'_>, kind: Kind, n: Numbers) -> Option<Params> {
     match kind {
-        Kind::TokenBucket => Some(Params::TokenBucket {
-            rate_per_s: n.rate_per_s?,
-            burst: n.burst?,
-        }),
-        Kind::Gcra => Some(Params::Gcra {
-            rate_per_s: n.rate_per_s?,
-            burst: n.burst?,
-        }),
+        Kind::TokenBucket | Kind::Gcra => {
+            let rate = n.rate.or(n.rate_per_s.map(Rate::per_second))?;
+            let burst = n.burst?;
+            if let Err(e) = rate.fits(burst) {
+                f.bad("burst", e.to_string());
+                return None;
+            }
+            Some(if kind == Kind::Gcra {
+                Params::Gcra { rate, burst }
+            } else {
+                Params::TokenBucket { rate, burst }
+            })
+        }
         Kind::FixedWindow => {
             let window = match (n.window, n.calendar_tz) {
                 (Some(sp), Some(tz)) => calendar(f, sp, &tz).map(Window::Calendar),
