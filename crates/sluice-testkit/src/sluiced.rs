@@ -18,7 +18,8 @@ use crate::tempdir::TempDir;
 /// How long a start may take before it is a failure (a debug build on a busy machine).
 const READY: Duration = Duration::from_secs(20);
 
-/// A healthy `sluiced` (`--rules`, `--http-addr`, `--grpc-addr`) on the memory store.
+/// A healthy `sluiced` (`--rules`, `--http-addr`, `--grpc-addr`), on the memory store unless
+/// its flags say otherwise.
 ///
 /// Dropping it kills the daemon (its logs printed if the test is panicking), then removes the
 /// rules file's directory.
@@ -41,6 +42,12 @@ impl SluicedOnRules {
     /// when the binary is not built (`cargo build -p sluiced --bins`), cannot start, or is
     /// not healthy within 20 s.
     pub fn start(rules: &str) -> Result<Self> {
+        Self::start_with_args(rules, &[])
+    }
+
+    /// [`SluicedOnRules::start`] with more flags after the defaults (`--redis <url>`, a store
+    /// deadline), for tests of a client against a daemon on another store.
+    pub fn start_with_args(rules: &str, extra_args: &[&str]) -> Result<Self> {
         let ports = free_ports(2);
         let http: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
         let grpc: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
@@ -50,18 +57,17 @@ impl SluicedOnRules {
         let file = file
             .to_str()
             .with_context(|| format!("a UTF-8 path: {}", file.display()))?;
-        let mut daemon = Daemon::spawn(
-            cargo_bin("sluiced")?,
-            &[
-                "--rules",
-                file,
-                "--http-addr",
-                &http.to_string(),
-                "--grpc-addr",
-                &grpc.to_string(),
-            ],
-            &[("RUST_LOG", "warn")],
-        )?;
+        let (http_arg, grpc_arg) = (http.to_string(), grpc.to_string());
+        let mut args = vec![
+            "--rules",
+            file,
+            "--http-addr",
+            &http_arg,
+            "--grpc-addr",
+            &grpc_arg,
+        ];
+        args.extend_from_slice(extra_args);
+        let mut daemon = Daemon::spawn(cargo_bin("sluiced")?, &args, &[("RUST_LOG", "warn")])?;
         daemon.wait_http_ok(http, "/healthz", READY)?;
         Ok(Self {
             daemon,
