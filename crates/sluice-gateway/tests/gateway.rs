@@ -3,7 +3,8 @@
 //! RateLimit headers, the one past the limit is the 429, and with the daemon gone requests
 //! pass and `/metrics` counts them; h2 with prior knowledge is served; SIGTERM drains an
 //! in-flight request before exiting; a dead upstream is a counted 502; a response streams
-//! through before the upstream has finished it. Needs `cargo build -p sluiced --bins`.
+//! through before the upstream has finished it; a fail-closed rule whose Redis is gone is a
+//! 503 with `Retry-After: 1`. Needs `cargo build -p sluiced --bins`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,7 +19,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use sluice_testkit::{Daemon, Metrics, SluicedOnRules, TempDir, free_ports, http_request};
+use sluice_testkit::{
+    Daemon, Metrics, RedisServer, SluicedOnRules, TempDir, free_ports, http_request,
+};
 use tokio::sync::Notify;
 
 const RULES: &str = r#"
@@ -389,4 +392,49 @@ fn a_response_streams_before_the_upstream_has_finished_it() {
         let rest = body.collect().await.expect("rest").to_bytes();
         assert_eq!(&rest[..], b"second");
     });
+}
+
+#[test]
+fn a_fail_closed_rule_whose_store_is_gone_is_a_503_with_retry_after_1() {
+    const CLOSED: &str = r#"
+domain: gw
+rules:
+  - { id: closed, match: { route: "GET /v1/users/{id}" }, key: [api_key], algorithm: fixed_window, limit: 1000, window: 1h, on_store_failure: closed }
+"#;
+    let mut redis = RedisServer::start().expect("redis-server starts");
+    // A store deadline a debug daemon on a shared machine keeps while Redis is up.
+    let sluiced = SluicedOnRules::start_with_args(
+        CLOSED,
+        &["--redis", &redis.url(), "--store-timeout-ms", "1000"],
+    )
+    .expect("sluiced starts (cargo build -p sluiced --bins)");
+    let upstream = start_upstream();
+    let gw = start_gateway(upstream.addr, sluiced.grpc);
+    let r = get_user(&gw, "k1");
+    assert_eq!(r.status, 200, "decided on Redis: {}", r.text());
+
+    redis.kill().expect("redis-server killed");
+    // The daemon's store client may take a call or two to see the socket gone.
+    let deadline = std::time::Instant::now() + READY;
+    let r = loop {
+        let r = get_user(&gw, "k1");
+        if r.status != 200 || std::time::Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(r.header("x-echo-path"), None, "never forwarded");
+    let m = Metrics::scrape(gw.metrics).expect("metrics");
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"unavailable\"}"),
+        1
+    );
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"failed_open\"}"),
+        0,
+        "the daemon answered: the gateway's own failure mode is not involved"
+    );
 }
