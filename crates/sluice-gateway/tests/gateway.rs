@@ -4,7 +4,8 @@
 //! pass and `/metrics` counts them; h2 with prior knowledge is served; SIGTERM drains an
 //! in-flight request before exiting; a dead upstream is a counted 502; a response streams
 //! through before the upstream has finished it; a fail-closed rule whose Redis is gone is a
-//! 503 with `Retry-After: 1`. Needs `cargo build -p sluiced --bins`.
+//! 503 with `Retry-After: 1`; a client that hangs up mid-response frees its concurrency slot.
+//! Needs `cargo build -p sluiced --bins`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -154,7 +155,7 @@ fn start_gateway(upstream: SocketAddr, sluiced: SocketAddr) -> Gateway {
     std::fs::write(
         &file,
         format!(
-            "domain: gw\ntemplates: [\"/v1/users/{{id}}\"]\ndeadline_ms: 5000\nfailure: open\nmetrics_addr: \"{metrics}\"\n"
+            "domain: gw\ntemplates: [\"/v1/users/{{id}}\", \"/v1/stream\"]\ntier_header: x-tier\ndeadline_ms: 5000\nfailure: open\nmetrics_addr: \"{metrics}\"\n"
         ),
     )
     .expect("config file");
@@ -436,5 +437,87 @@ rules:
         m.count("sluice_gateway_requests_total{outcome=\"failed_open\"}"),
         0,
         "the daemon answered: the gateway's own failure mode is not involved"
+    );
+}
+
+/// Opens `GET /v1/stream` as key `s1` and tier `tier` on a raw connection and reads the
+/// status line and headers; on a 200 also the first chunk, which the upstream sends before
+/// it holds the rest. The stream stays open while the returned socket lives.
+fn open_stream(gw: &Gateway, tier: &str) -> (u16, std::net::TcpStream) {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(gw.listen).expect("connect");
+    s.set_read_timeout(Some(READY)).expect("read timeout");
+    write!(
+        s,
+        "GET /v1/stream HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer s1\r\nx-tier: {tier}\r\n\r\n"
+    )
+    .expect("request sent");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = s.read(&mut buf).expect("the answer's head");
+        assert!(n > 0, "closed before the head: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_string();
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {head}"));
+    if status == 200 {
+        while !got[head_end..].windows(6).any(|w| w == b"first;") {
+            let n = s.read(&mut buf).expect("the first chunk");
+            assert!(n > 0, "closed before the first chunk");
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+    (status, s)
+}
+
+#[test]
+fn a_client_that_hangs_up_mid_response_frees_its_concurrency_slot() {
+    // A slot outlives the test unless released: only the release can free it.
+    const ONE_STREAM: &str = r#"
+domain: gw
+rules:
+  - { id: one-stream, match: { route: "GET /v1/stream" }, key: [api_key], algorithm: concurrency, limit: 1, timeout: 1h }
+"#;
+    let sluiced =
+        SluicedOnRules::start(ONE_STREAM).expect("sluiced starts (cargo build -p sluiced --bins)");
+    let upstream = start_upstream();
+    let gw = start_gateway(upstream.addr, sluiced.grpc);
+
+    let (status, held) = open_stream(&gw, "first");
+    assert_eq!(status, 200);
+    // While the first response streams, the key's one slot is taken.
+    let (status, _) = open_stream(&gw, "while-held");
+    assert_eq!(
+        status, 429,
+        "a second stream while the first holds the slot"
+    );
+
+    drop(held);
+    // The gateway's edge guard remembers a refusal per identity (descriptors), concurrency ones
+    // included (docs/gateway.md, "Not yet"): each probe is a tier of its own, so every one is
+    // asked of the daemon, which admits once the release has freed the slot.
+    let deadline = std::time::Instant::now() + READY;
+    let mut probes = 0;
+    let (status, _again) = loop {
+        probes += 1;
+        let (status, s) = open_stream(&gw, &format!("after-{probes}"));
+        if status != 429 || std::time::Instant::now() > deadline {
+            break (status, s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status, 200, "the slot was never released ({probes} probes)");
+    let m = Metrics::scrape(gw.metrics).expect("metrics");
+    assert_eq!(
+        m.count("sluice_gateway_requests_total{outcome=\"forwarded\"}"),
+        2
     );
 }
