@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use serde::Deserialize;
-use sluice_tower::{Cidr, FailureMode, Routes};
+use sluice_tower::{Cidr, FailureMode, FloodLimit, Routes};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,41 @@ pub enum Failure {
     Closed,
 }
 
+/// The edge guard as the file spells it (`edge:`): what the gateway answers itself before a
+/// daemon call (`sluice_core::edge`). Refusal memory on, flood bucket off, by default.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EdgeFile {
+    /// Repeat a daemon refusal until its retry time without asking again (default true).
+    pub remember_refusals: bool,
+    /// The longest a refusal is repeated, ms (default 60,000): bounds how long a raised limit
+    /// goes unseen by a refused key.
+    pub max_hold_ms: u64,
+    /// A coarse token bucket per client (API key, else IP), far above any real client's
+    /// rate; off unless set.
+    pub flood: Option<FloodFile>,
+}
+
+impl Default for EdgeFile {
+    fn default() -> Self {
+        EdgeFile {
+            remember_refusals: true,
+            max_hold_ms: 60_000,
+            flood: None,
+        }
+    }
+}
+
+/// The flood bucket's numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FloodFile {
+    /// Requests per second refilled (> 0).
+    pub rate_per_s: u64,
+    /// Capacity (> 0).
+    pub burst: u64,
+}
+
 /// The config file: every field optional, defaults as in [`FileConfig::default`].
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -77,6 +112,8 @@ pub struct FileConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// How long in-flight requests may take after a shutdown signal, s (default 10).
     pub shutdown_timeout_s: u64,
+    /// The edge guard (refusal memory on, flood bucket off by default).
+    pub edge: EdgeFile,
 }
 
 impl Default for FileConfig {
@@ -93,6 +130,7 @@ impl Default for FileConfig {
             failure: Failure::Open,
             metrics_addr: None,
             shutdown_timeout_s: 10,
+            edge: EdgeFile::default(),
         }
     }
 }
@@ -194,6 +232,19 @@ impl Settings {
             Failure::Open => FailureMode::Open,
             Failure::Closed => FailureMode::Closed,
         };
+        let guard = &mut c.edge.guard;
+        guard.remember_refusals = f.edge.remember_refusals;
+        guard.max_hold = f.edge.max_hold_ms.saturating_mul(1_000);
+        guard.flood = match f.edge.flood {
+            Some(FloodFile { rate_per_s, burst }) if rate_per_s == 0 || burst == 0 => {
+                return Err(invalid(
+                    "edge.flood",
+                    format!("rate_per_s and burst must be above 0, got {rate_per_s} and {burst}"),
+                ));
+            }
+            Some(FloodFile { rate_per_s, burst }) => Some(FloodLimit { rate_per_s, burst }),
+            None => None,
+        };
         Ok(c)
     }
 }
@@ -215,6 +266,31 @@ mod tests {
         assert_eq!(c.trusted_proxies.len(), 1);
         assert_eq!(s.sluiced, "http://127.0.0.1:8081");
         assert_eq!(s.upstream.as_str(), "127.0.0.1:9000");
+    }
+
+    #[test]
+    fn the_edge_guard_is_on_by_default_and_set_by_the_file() {
+        let s = |text: &str| {
+            let f = FileConfig::parse(text).expect("parses");
+            Settings::new("http://127.0.0.1:9000", "x:1", f).map(|s| s.layer_config())
+        };
+        let on = s("domain: api\n").expect("valid").expect("valid");
+        assert!(on.edge.guard.remember_refusals);
+        assert_eq!(on.edge.guard.flood, None);
+        let set = s("edge: { remember_refusals: false, max_hold_ms: 2000, flood: { rate_per_s: 200, burst: 400 } }\n")
+            .expect("valid")
+            .expect("valid");
+        assert!(!set.edge.guard.remember_refusals);
+        assert_eq!(set.edge.guard.max_hold, 2_000_000);
+        assert_eq!(
+            set.edge.guard.flood,
+            Some(FloodLimit {
+                rate_per_s: 200,
+                burst: 400
+            })
+        );
+        assert!(s("edge: { flood: { rate_per_s: 0, burst: 1 } }\n").is_err());
+        assert!(FileConfig::parse("edge: { remember: false }\n").is_err());
     }
 
     #[test]
