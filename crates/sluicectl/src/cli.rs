@@ -164,8 +164,13 @@ pub enum Command {
     /// Turn an envoyproxy/ratelimit config into Sluice rules (stdout) and say what could not
     /// be carried over (stderr). Needs no server. See docs/envoy.md.
     ImportEnvoy {
-        /// The ratelimit service's YAML config; `-` reads stdin.
-        file: PathBuf,
+        /// The ratelimit service's YAML config files (one domain each); `-` reads stdin.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Join files of the same domain, as the service does with MERGE_DOMAIN_CONFIG=true
+        /// (without it, as without that setting, a repeated domain is refused).
+        #[arg(long)]
+        merge_domains: bool,
     },
 }
 

@@ -74,7 +74,10 @@ fn run(cli: Cli) -> Result<()> {
             cost,
             check_server,
         } => check::run(ctx, domain, descriptors, cost, check_server)?,
-        Command::ImportEnvoy { file } => import_envoy::run(&file)?,
+        Command::ImportEnvoy {
+            files,
+            merge_domains,
+        } => import_envoy::run(&files, merge_domains)?,
         Command::Migrate { postgres } => migrate::run(&ctx, postgres)?,
     }
     Ok(())

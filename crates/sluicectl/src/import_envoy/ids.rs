@@ -74,7 +74,7 @@ pub(super) fn unique(id: String, taken: &mut HashSet<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::import_envoy::convert;
+    use crate::import_envoy::convert_one as convert;
     use sluice_core::rules::parse_yaml;
 
     #[test]
@@ -99,7 +99,7 @@ mod tests {
             import
                 .notes
                 .iter()
-                .any(|n| n.contains("\"bad name\" is not a valid rule id"))
+                .any(|n| n.text.contains("\"bad name\" is not a valid rule id"))
         );
         // A derived id over 64 characters is cut and made distinct with a hash.
         let (key, a, b) = ("k".repeat(60), "a".repeat(12), "b".repeat(12));

@@ -2,10 +2,10 @@
 //! rule (its match, key, window and mode), alternatives for the same keys share a group in
 //! Envoy's lookup order, and what cannot be carried over is left out with a note.
 
-use super::KEYS_DESCRIPTOR;
 use super::ids::{renamed, sanitize_id, unique, valid_field, valid_id};
-use super::parse::{Node, Val, fields, nodes, string};
+use super::parse::{Limit, Node, Val};
 use super::walk::walk_notes;
+use super::{KEYS_DESCRIPTOR, Note};
 use anyhow::anyhow;
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
@@ -74,15 +74,144 @@ fn flatten<'a>(
     }
 }
 
-pub(super) fn domain(doc: &Value, n: usize, notes: &mut Vec<String>) -> anyhow::Result<Value> {
-    let at = format!("document {n}");
-    let m = fields(doc, &at, &["domain", "descriptors"])?;
-    let name = string(m, "domain", &at)?
-        .filter(|d| !d.is_empty())
-        .ok_or_else(|| anyhow!("{at}: config file cannot have an empty domain"))?;
-    let tree = nodes(m.get("descriptors"), "descriptors")?;
+/// Notes for flags on entries without a `rate_limit`, which the service reads only with one
+/// (`value_to_metric` names the metrics of the limits below, which Sluice does not carry).
+fn flag_notes(nodes: &[Node], notes: &mut Vec<Note>) {
+    for n in nodes {
+        if n.limit.is_none() {
+            for (on, key) in [
+                (n.shadow, "shadow_mode"),
+                (n.quota_mode, "quota_mode"),
+                (n.detailed_metric, "detailed_metric"),
+                (n.metadata, "metadata"),
+            ] {
+                if on {
+                    notes.push(Note::new(
+                        &n.file,
+                        &n.at,
+                        key,
+                        "no effect without a rate_limit on the same entry, in the service too",
+                    ));
+                }
+            }
+            if n.value_to_metric {
+                notes.push(Note::new(
+                    &n.file,
+                    &n.at,
+                    "value_to_metric",
+                    "not carried over: it names the service's metrics; Sluice counts decisions per rule",
+                ));
+            }
+        }
+        flag_notes(&n.children, notes);
+    }
+}
+
+/// What is noted of one limit's node that is carried over.
+fn carried_notes(c: &Cand<'_>, lim: &Limit, names: &HashSet<&str>, notes: &mut Vec<Note>) {
+    let node = c.node();
+    let mut note = |key: &str, text: String| notes.push(Note::new(&node.file, &node.at, key, text));
+    if !lim.replaces.is_empty() {
+        note(
+            "replaces",
+            format!(
+                "{:?} not carried over: in Sluice rule {} and the limits it replaced all apply",
+                lim.replaces, c.id
+            ),
+        );
+        for r in &lim.replaces {
+            if !names.contains(r.as_str()) {
+                note(
+                    "replaces",
+                    format!(
+                        "{r:?} names no limit of this domain (it replaces nothing in the service either)"
+                    ),
+                );
+            }
+        }
+    }
+    if node.quota_mode {
+        note(
+            "quota_mode",
+            format!(
+                "not carried over: rule {} enforces; the service refuses for an over-limit quota descriptor only when all of the request's quota descriptors are over (the same when it is the only one)",
+                c.id
+            ),
+        );
+    }
+    if node.detailed_metric {
+        note(
+            "detailed_metric",
+            "not carried over: Sluice counts decisions per rule, not per value".into(),
+        );
+    }
+    if node.value_to_metric {
+        note(
+            "value_to_metric",
+            "not carried over: it names the service's metrics; Sluice counts decisions per rule"
+                .into(),
+        );
+    }
+    if node.metadata {
+        note(
+            "metadata",
+            "not carried over: Sluice sends no dynamic metadata (the service sends it with RESPONSE_DYNAMIC_METADATA on)".into(),
+        );
+    }
+}
+
+/// Why a limit cannot be carried over, as (config key, reason), if it cannot.
+fn skip_reason(c: &Cand<'_>, lim: &Limit) -> Option<(&'static str, String)> {
+    if let Some(bad) = c.path.iter().find(|n| n.key.contains('*')) {
+        return Some((
+            "key",
+            format!(
+                "not carried over: key {:?} has a '*', which the service globs over key_value; Sluice matches descriptor names exactly",
+                bad.key
+            ),
+        ));
+    }
+    if let Some(bad) = c.path.iter().find(|n| !valid_field(&n.key)) {
+        return Some((
+            "key",
+            format!(
+                "not carried over: key {:?} is not a Sluice descriptor name (A-Z a-z 0-9 _ . -, at most 64)",
+                bad.key
+            ),
+        ));
+    }
+    if let Some(n) = c
+        .path
+        .iter()
+        .find(|n| matches!(n.value, Val::Wild(_)) && !n.value.is_star())
+    {
+        return Some((
+            "value",
+            format!(
+                "not carried over: wildcard {} (Sluice matches exact values or \"*\"){}",
+                n.value.shown(&n.key),
+                if n.share_threshold {
+                    ", nor its share_threshold"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    if !lim.unlimited && lim.requests_per_unit == 0 {
+        return Some((
+            "requests_per_unit",
+            "not carried over: 0 refuses every request in Envoy; Sluice limits are at least 1 (block it at the gateway, or set 1)".into(),
+        ));
+    }
+    None
+}
+
+/// One domain's tree, gathered over its files, as one rules document.
+pub(super) fn domain(name: &str, tree: &[Node], notes: &mut Vec<Note>) -> anyhow::Result<Value> {
     let mut cands = Vec::new();
-    flatten(&tree, &mut Vec::new(), &mut Vec::new(), &mut cands);
+    flatten(tree, &mut Vec::new(), &mut Vec::new(), &mut cands);
+    flag_notes(tree, notes);
 
     let mut taken = HashSet::new();
     let names: HashSet<&str> = cands
@@ -92,31 +221,9 @@ pub(super) fn domain(doc: &Value, n: usize, notes: &mut Vec<String>) -> anyhow::
     for c in &mut cands {
         let node = c.path[c.path.len() - 1];
         let lim = node.limit.as_ref().ok_or_else(|| anyhow!("a limit"))?;
-        if let Some(bad) = c.path.iter().find(|n| !valid_field(&n.key)) {
+        if let Some((key, why)) = skip_reason(c, lim) {
             c.skip = true;
-            notes.push(format!(
-                "{}: not carried over: key {:?} is not a Sluice descriptor name (A-Z a-z 0-9 _ . -, at most 64)",
-                node.at, bad.key
-            ));
-            continue;
-        }
-        if let Some(p) = c.path.iter().find_map(|n| match &n.value {
-            Val::Prefix(p) if !p.is_empty() => Some((n.key.clone(), p.clone())),
-            _ => None,
-        }) {
-            c.skip = true;
-            notes.push(format!(
-                "{}: not carried over: prefix wildcard {}={}* (Sluice matches exact values or \"*\")",
-                node.at, p.0, p.1
-            ));
-            continue;
-        }
-        if !lim.unlimited && lim.requests_per_unit == 0 {
-            c.skip = true;
-            notes.push(format!(
-                "{}: not carried over: requests_per_unit 0 refuses every request in Envoy; Sluice limits are at least 1 (block it at the gateway, or set 1)",
-                node.at
-            ));
+            notes.push(Note::new(&node.file, &node.at, key, why));
             continue;
         }
         // Only rules that are written take an id, so skipped ones free theirs.
@@ -133,36 +240,19 @@ pub(super) fn domain(doc: &Value, n: usize, notes: &mut Vec<String>) -> anyhow::
             Some(nm) if valid_id(nm) => unique(nm.clone(), &mut taken),
             Some(nm) => {
                 let id = unique(sanitize_id(nm), &mut taken);
-                notes.push(format!(
-                    "{}: name {nm:?} is not a valid rule id; the rule is {id}",
-                    node.at
+                notes.push(Note::new(
+                    &node.file,
+                    &node.at,
+                    "name",
+                    format!("{nm:?} is not a valid rule id; the rule is {id}"),
                 ));
                 id
             }
             None => unique(sanitize_id(&derived), &mut taken),
         };
-        if !lim.replaces.is_empty() {
-            notes.push(format!(
-                "{}: replaces {:?} not carried over: in Sluice rule {} and the limits it replaced all apply",
-                node.at, lim.replaces, c.id
-            ));
-        }
-        if node.detailed_metric {
-            notes.push(format!(
-                "{}: detailed_metric not carried over: Sluice counts decisions per rule, not per value",
-                node.at
-            ));
-        }
-        for r in &lim.replaces {
-            if !names.contains(r.as_str()) {
-                notes.push(format!(
-                    "{}: replaces {r:?}, which no limit in this domain is named",
-                    node.at
-                ));
-            }
-        }
+        carried_notes(c, lim, &names, notes);
     }
-    walk_notes(&tree, &[], &cands, notes);
+    walk_notes(tree, &[], &cands, notes);
 
     // Group alternatives for the same keys; most specific first (Envoy's lookup order).
     let mut order: Vec<usize> = (0..cands.len()).filter(|i| !cands[*i].skip).collect();
@@ -202,13 +292,17 @@ pub(super) fn domain(doc: &Value, n: usize, notes: &mut Vec<String>) -> anyhow::
                             _ => true,
                         });
                 if overlap && cb.specificity() > ca.specificity() {
-                    notes.push(format!(
-                        "{}: where both match, Envoy applies {} ({}) but Sluice the more specific {} ({})",
-                        ca.node().at,
-                        ca.id,
-                        ca.shown(),
-                        cb.id,
-                        cb.shown()
+                    notes.push(Note::new(
+                        &ca.node().file,
+                        &ca.node().at,
+                        "value",
+                        format!(
+                            "where both match, Envoy applies {} ({}) but Sluice the more specific {} ({})",
+                            ca.id,
+                            ca.shown(),
+                            cb.id,
+                            cb.shown()
+                        ),
                     ));
                 }
             }
@@ -232,7 +326,15 @@ pub(super) fn domain(doc: &Value, n: usize, notes: &mut Vec<String>) -> anyhow::
                 r.insert("group".into(), json!(format!("envoy:{p}")));
             }
             r.insert("match".into(), Value::Object(matchers));
-            r.insert("key".into(), json!(c.keys));
+            // A "*" entry with share_threshold: all its values share one count.
+            let key: Vec<&String> = c
+                .path
+                .iter()
+                .zip(&c.keys)
+                .filter(|(n, _)| !(n.share_threshold && n.value.is_star()))
+                .map(|(_, k)| k)
+                .collect();
+            r.insert("key".into(), json!(key));
             r.insert("algorithm".into(), json!("fixed_window"));
             if lim.unlimited {
                 // Off still wins its group: the descriptor is exempt, as in Envoy.
@@ -319,7 +421,13 @@ descriptors:
 "#;
 
     fn sets() -> (Import, RuleSet) {
-        let import = convert(CONFIG).expect("converts");
+        // One domain per file, as the service loads them.
+        let files: Vec<(String, String)> = CONFIG
+            .split("\n---\n")
+            .enumerate()
+            .map(|(i, t)| (format!("{i}.yaml"), t.to_string()))
+            .collect();
+        let import = convert(&files, false).expect("converts");
         let yaml = import.to_yaml("config.yaml").expect("yaml");
         let set = parse_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         (import, set)
@@ -427,12 +535,13 @@ descriptors:
     #[test]
     fn what_cannot_be_carried_over_is_said() {
         let (import, set) = sets();
-        let notes = import.notes.join("\n");
+        let notes: Vec<String> = import.notes.iter().map(ToString::to_string).collect();
+        let notes = notes.join("\n");
         for needle in [
-            "requests_per_unit 0",
-            "prefix wildcard path=/v1/search*",
-            "replaces [\"per_user\"]",
-            "detailed_metric",
+            "0.yaml: descriptors[1] requests_per_unit: not carried over: 0",
+            "2.yaml: descriptors[1] value: not carried over: wildcard path=/v1/search*",
+            "descriptors[0].descriptors[2] replaces: [\"per_user\"]",
+            "descriptors[2] detailed_metric: not carried over",
             "key \"header:x/b\" is not a Sluice descriptor name",
         ] {
             assert!(notes.contains(needle), "missing {needle:?} in:\n{notes}");

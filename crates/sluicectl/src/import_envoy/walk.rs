@@ -2,6 +2,7 @@
 //! entry at each level and never comes back, Sluice applies every matching rule. Each such
 //! case becomes a note.
 
+use super::Note;
 use super::parse::{Node, Val};
 use super::translate::Cand;
 use std::collections::BTreeSet;
@@ -21,12 +22,12 @@ pub(super) fn walk_notes(
     nodes: &[Node],
     parent: &[usize],
     cands: &[Cand<'_>],
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) {
     let at = |i: usize| parent.iter().copied().chain([i]).collect::<Vec<usize>>();
     for (i, c) in nodes.iter().enumerate() {
         let cpos = at(i);
-        if matches!(&c.value, Val::Any) || c.value == Val::Prefix(String::new()) {
+        if matches!(&c.value, Val::Any) || c.value.is_star() {
             let mine = subtree_paths(cands, &cpos);
             for (j, s) in nodes.iter().enumerate() {
                 if j == i || s.key != c.key || s.value.rank() <= c.value.rank() {
@@ -37,12 +38,16 @@ pub(super) fn walk_notes(
                     for cand in cands.iter().filter(|k| {
                         !k.skip && k.pos.starts_with(&cpos) && rel_path(k, cpos.len()) == *rel
                     }) {
-                        notes.push(format!(
-                            "{}: for {} Envoy follows the more specific entry ({}) and applies no limit at this depth; Sluice applies rule {} to those requests too",
-                            cand.node().at,
-                            s.value.shown(&s.key),
-                            s.at,
-                            cand.id
+                        notes.push(Note::new(
+                            &cand.node().file,
+                            &cand.node().at,
+                            "value",
+                            format!(
+                                "for {} Envoy follows the more specific entry ({}) and applies no limit at this depth; Sluice applies rule {} to those requests too",
+                                s.value.shown(&s.key),
+                                s.at,
+                                cand.id
+                            ),
                         ));
                     }
                 }
@@ -61,7 +66,7 @@ fn rel_path(c: &Cand<'_>, from: usize) -> String {
 }
 #[cfg(test)]
 mod tests {
-    use crate::import_envoy::convert;
+    use crate::import_envoy::convert_one as convert;
 
     #[test]
     fn envoy_walk_differences_are_noted() {
@@ -93,7 +98,8 @@ descriptors:
             rate_limit: { unit: second, requests_per_unit: 4 }
 "#;
         let import = convert(text).expect("converts");
-        let notes = import.notes.join("\n");
+        let notes: Vec<String> = import.notes.iter().map(ToString::to_string).collect();
+        let notes = notes.join("\n");
         assert!(
             notes.contains("for a=x Envoy follows the more specific entry"),
             "{notes}"
