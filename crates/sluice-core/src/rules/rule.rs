@@ -217,6 +217,19 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         },
         None => None,
     };
+    // Only windows and buckets take other regions' figures (docs/regions.md).
+    if scope == Scope::Global
+        && let Some(kind @ (Kind::SlidingLog | Kind::Concurrency)) =
+            params.as_ref().map(Params::kind)
+    {
+        f.bad(
+            "scope",
+            format!(
+                "global is not possible for {}: its counts cannot be shared between regions (use sliding_window or a bucket for a global limit, or scope: region)",
+                kind.name()
+            ),
+        );
+    }
     let hot_keys =
         crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref(), charge_rejected);
     f.finish();
