@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use crate::algo::{self, Params, Remote, Request, State};
+use crate::hotkeys::deny::hold_until;
 use crate::time::Micros;
 
 /// The coarse per-client rate: refused locally above it.
@@ -184,8 +185,10 @@ impl<I: Hash + Eq, C: Hash + Eq + Clone, T: Clone> EdgeGuard<I, C, T> {
     /// [`EdgeConfig::max_hold`] from `now`). Ignored when refusal memory is off or `until` is
     /// not in the future.
     pub fn remember_refusal(&mut self, identity: I, until: Micros, now: Micros, answer: T) {
-        let until = until.min(now.saturating_add(self.config.max_hold));
-        if self.config.remember_refusals && until > now {
+        if !self.config.remember_refusals {
+            return;
+        }
+        if let Some(until) = hold_until(now, until, self.config.max_hold) {
             self.refusals.insert(identity, (until, answer));
         }
     }

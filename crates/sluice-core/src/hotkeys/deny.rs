@@ -31,6 +31,15 @@ use crate::time::{Micros, SECOND};
 /// The longest a refusal is repeated without asking the store again.
 pub const MAX_HOLD: Micros = SECOND;
 
+/// Until when a refusal given at `now`, retryable at `retry_at`, may be repeated without
+/// asking again: its retry time (never early, see above), held at most `max_hold`; `None`
+/// when that is not in the future. The deny cache and the edge guard
+/// ([`crate::edge`]) both hold refusals by this rule.
+pub fn hold_until(now: Micros, retry_at: Micros, max_hold: Micros) -> Option<Micros> {
+    let until = retry_at.min(now.saturating_add(max_hold));
+    (until > now).then_some(until)
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     shape: Shape,
@@ -203,13 +212,14 @@ impl DenyCache {
     pub fn remember(&mut self, call: &Call, result: &CallResult) -> bool {
         let now = call.now;
         self.expire(now);
-        // The call is refused while any refusing enforced rule refuses.
-        let wait = refused_for(call, result)
-            .min(MAX_HOLD)
-            .min(window_end(call, result));
-        if result.allowed || wait == 0 || call.cost == 0 {
+        if result.allowed || call.cost == 0 {
             return true;
         }
+        // The call is refused while any refusing enforced rule refuses.
+        let wait = refused_for(call, result).min(window_end(call, result));
+        let Some(until) = hold_until(now, now.saturating_add(wait), MAX_HOLD) else {
+            return true;
+        };
         let h = hash(call);
         if self.cur.len() >= self.half && !self.cur.contains_key(&h) {
             return false;
@@ -221,10 +231,28 @@ impl DenyCache {
                 shape: Shape::of(call),
                 cost: call.cost,
                 at: now,
-                until: now + wait,
+                until,
                 result: result.clone(),
             },
         );
         true
+    }
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+
+    #[test]
+    fn a_hold_ends_at_the_retry_time_or_the_cap_and_never_starts_in_the_past() {
+        assert_eq!(hold_until(10, 500, SECOND), Some(500));
+        assert_eq!(hold_until(10, 10 + 2 * SECOND, SECOND), Some(10 + SECOND));
+        assert_eq!(hold_until(10, 10, SECOND), None, "retryable now");
+        assert_eq!(hold_until(10, 5, SECOND), None, "retryable already");
+        assert_eq!(hold_until(10, 500, 0), None, "no hold allowed");
+        assert_eq!(
+            hold_until(Micros::MAX - 1, Micros::MAX, SECOND),
+            Some(Micros::MAX)
+        );
     }
 }
