@@ -553,7 +553,7 @@ mod tests {
         // simulator plan: the figure recorded for shipping is the units this region took,
         // read from the store's answer, while other regions' figures drain the bucket.
         use crate::batch::{Call, Item, Write, apply};
-        use crate::ship::{BusyOn, observed};
+        use crate::ship::{BusyOn, BusyRule, observed};
         let p = Params::TokenBucket {
             rate: Rate::per_second(10),
             burst: 20,
@@ -587,7 +587,11 @@ mod tests {
             took += u64::from(res.allowed);
             let o = res.outcomes[0];
             assert_eq!(o.usage, took, "request {i}: the store's `used`");
-            let rec = observed(&p, &o, BusyOn::RegionCount).expect("shared");
+            let rule = BusyRule {
+                on: BusyOn::RegionCount,
+                regions: 2,
+            };
+            let rec = observed(&p, &o, rule, 10).expect("shared");
             assert_eq!((rec.figure, rec.busy), (took, o.limit - o.remaining));
         }
         // Alone: the burst and 10 s of refill. The other region's units cost tokens.

@@ -6,9 +6,10 @@
 //! the region's cumulative consumption for buckets). [`LocalUsage`] keeps the latest figure
 //! per `(key, window)`, and once per interval [`LocalUsage::select`] picks what to ship:
 //!
-//! - only *busy* keys: usage above `share_threshold` of the limit. Quiet keys are never
-//!   shared; that is the threshold's blind spot, bounded by (regions − 1) × threshold × limit
-//!   on top of the sync delay (docs/accuracy.md measures it);
+//! - only *busy* keys: by default ([`BusyOn::SeenShare`]) those whose count as the decision
+//!   saw it (local + remote) is above `share_threshold / regions` of the limit. Quiet keys are never shared; that is the
+//!   threshold's blind spot, under `share_threshold × limit` in all however many regions
+//!   there are, on top of the sync delay (docs/regions.md, docs/accuracy.md measures it).
 //!   Quiet keys are not even tracked: what a daemon holds grows with its busy keys;
 //! - only figures that changed since they were last shipped, plus unchanged busy ones whose
 //!   last shipment is older than `resend_after` (anti-entropy: a lost message is otherwise
@@ -33,17 +34,74 @@ use serde::{Deserialize, Serialize};
 
 /// What a key's share threshold is judged on: a setting of the daemon (`gossip.busy_on`)
 /// and of a simulation (`[gossip] busy_on`), one type so both record alike.
+///
+/// Worst cases per window of a global rule with limit `L` (a bucket's burst), threshold `θ`
+/// and `R` regions, on top of the sync delay (docs/regions.md derives them):
+/// [`BusyOn::RegionShare`] and [`BusyOn::SeenShare`] `L × (1 + θ × (R − 1) / R)`, under
+/// `(1 + θ) × L` for any `R`; the three others `L + (R − 1) × θ × L`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BusyOn {
-    /// The region's own count (the default): a key is shipped once this region's count passes
-    /// the threshold.
+    /// The count the decision saw, this region's plus the others' figures, against `θ / R`
+    /// of the limit (the default). A region ships a key once it holds more than its share of
+    /// the threshold, so what the regions leave unshipped adds up to under `θ × L` however
+    /// many they are; and a region that hears of a key busy elsewhere ships its own small
+    /// count too. Buckets are judged on the larger of the region's cumulative consumption
+    /// and the drain.
     #[default]
+    SeenShare,
+    /// The region's own figure against `θ / R`: the same bound as `seen_share`, fewer bytes,
+    /// but a region's count under its share stays unshipped even when the key is busy
+    /// elsewhere. Buckets are judged on the region's cumulative consumption.
+    RegionShare,
+    /// The region's own count against `θ` of the limit (the default before `seen_share`):
+    /// traffic kept under the threshold in every region is never shared.
     RegionCount,
-    /// The count the decision saw, this region's plus the others' figures: a region held
-    /// back by the others' figures still ships its own small count, which closes most of
-    /// the blind spot when a key is busy somewhere (docs/regions.md).
+    /// The count the decision saw against `θ`: a region held back by the others' figures
+    /// ships its own small count, but a key quiet everywhere is never shared.
     SeenCount,
+    /// The region's own count against `θ`, and every key another region's figure weighed in
+    /// on (once any region ships a key, every region deciding on it ships it too).
+    Heard,
+}
+
+/// A share of a limit, in parts per million: the threshold a figure must pass to be shipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Threshold(u32);
+
+impl Threshold {
+    /// A rule's `share_threshold` in percent, as is.
+    pub const fn percent(pct: u8) -> Threshold {
+        Threshold(pct as u32 * 10_000)
+    }
+
+    /// Parts per million of the limit.
+    pub const fn ppm(self) -> u32 {
+        self.0
+    }
+}
+
+/// How a shipper judges keys busy: the rule and the number of regions sharing the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusyRule {
+    /// What the threshold is judged on.
+    pub on: BusyOn,
+    /// Regions sharing global limits, at least 1 (the daemon: the regions its membership
+    /// lists, or `gossip.regions` if more; a simulation: its regions).
+    pub regions: usize,
+}
+
+impl BusyRule {
+    /// The threshold a figure of a rule whose `share_threshold` is `pct` percent must pass:
+    /// `pct / regions` for [`BusyOn::SeenShare`] and [`BusyOn::RegionShare`], `pct`
+    /// otherwise.
+    pub fn threshold(&self, pct: u8) -> Threshold {
+        let t = Threshold::percent(pct);
+        match self.on {
+            BusyOn::RegionShare | BusyOn::SeenShare => Threshold(t.0 / self.regions.max(1) as u32),
+            _ => t,
+        }
+    }
 }
 
 /// What the delta shipper records of one global rule's outcome ([`LocalUsage::observe`]).
@@ -51,31 +109,66 @@ pub enum BusyOn {
 pub struct Observed {
     /// The figure shipped: the region's count in the window, or a bucket's cumulative `used`.
     pub figure: u64,
-    /// What the threshold and the shipping order are judged on.
+    /// What the threshold is judged on.
     pub busy: u64,
+    /// How near its limit the key is, for the shipping order: the count the decision saw
+    /// (local + remote) for buckets, `busy` for windows.
+    pub rank: u64,
+    /// The share of the limit `busy` must pass (0 for a key heard of, with [`BusyOn::Heard`]).
+    pub threshold: Threshold,
 }
 
-/// The figure and busy value a store's `outcome` for a global rule gives its shipper, or
-/// `None` for algorithms whose counts are not shared (sliding log, concurrency).
+impl Observed {
+    /// A window's count `c` against `pct` percent: figure, busy and rank all `c`.
+    pub fn count(c: u64, pct: u8) -> Observed {
+        Observed {
+            figure: c,
+            busy: c,
+            rank: c,
+            threshold: Threshold::percent(pct),
+        }
+    }
+}
+
+/// The figure, busy value and threshold a store's `outcome` for a global rule whose
+/// `share_threshold` is `pct` percent gives its shipper, or `None` for algorithms whose
+/// counts are not shared (sliding log, concurrency).
 ///
 /// Windows ship the region's count (`usage`) and are busy on it or, with
-/// [`BusyOn::SeenCount`], on the count the decision saw (`limit − remaining`). Buckets ship
-/// the store's cumulative `used` (`usage` of a shared bucket: the decision's remote figure
-/// came from [`crate::merge::RemoteCounts::remote_for`]) and are busy on how drained the
-/// bucket is (`limit − remaining`), remote drain included, whatever `busy_on` says.
-pub fn observed(params: &Params, outcome: &Outcome, busy_on: BusyOn) -> Option<Observed> {
+/// [`BusyOn::SeenCount`] and [`BusyOn::SeenShare`], on the count the decision saw
+/// (`limit − remaining`). Buckets ship the store's cumulative `used` (`usage` of a shared
+/// bucket: the decision's remote figure came from
+/// [`crate::merge::RemoteCounts::remote_for`]); with [`BusyOn::RegionShare`] they are busy on
+/// it, with [`BusyOn::SeenShare`] on the larger of it and how drained the bucket is
+/// (`limit − remaining`, remote drain included), otherwise on the drain. A bucket's outcome does not say whether a remote figure weighed in, so
+/// [`BusyOn::Heard`] judges buckets as [`BusyOn::RegionCount`] does.
+pub fn observed(params: &Params, outcome: &Outcome, rule: BusyRule, pct: u8) -> Option<Observed> {
     let seen = outcome.limit.saturating_sub(outcome.remaining);
+    let threshold = rule.threshold(pct);
     match params.kind() {
-        Kind::FixedWindow | Kind::SlidingWindow => Some(Observed {
-            figure: outcome.usage,
-            busy: match busy_on {
-                BusyOn::RegionCount => outcome.usage,
-                BusyOn::SeenCount => seen,
-            },
-        }),
+        Kind::FixedWindow | Kind::SlidingWindow => {
+            let busy = match rule.on {
+                BusyOn::SeenCount | BusyOn::SeenShare => seen,
+                _ => outcome.usage,
+            };
+            // A decision that saw more than the region's count weighed a remote figure.
+            let heard = rule.on == BusyOn::Heard && seen > outcome.usage;
+            Some(Observed {
+                figure: outcome.usage,
+                busy,
+                rank: busy.max(seen * u64::from(heard)),
+                threshold: if heard { Threshold(0) } else { threshold },
+            })
+        }
         Kind::TokenBucket | Kind::Gcra => Some(Observed {
             figure: outcome.usage,
-            busy: seen,
+            busy: match rule.on {
+                BusyOn::RegionShare => outcome.usage,
+                BusyOn::SeenShare => outcome.usage.max(seen),
+                _ => seen,
+            },
+            rank: seen,
+            threshold,
         }),
         Kind::SlidingLog | Kind::Concurrency => None,
     }
@@ -83,13 +176,15 @@ pub fn observed(params: &Params, outcome: &Outcome, busy_on: BusyOn) -> Option<O
 
 /// Every global rule of a decision the shared store answered, with what its shipper records:
 /// the daemon and the simulator feed their [`LocalUsage`] from this, and nothing else.
+/// `threshold_pct` overrides every rule's `share_threshold` (a simulation's setting).
 ///
 /// Failed calls are skipped (a local bucket's answer is no region figure), as are region
 /// rules and unshared algorithms.
 pub fn observations<'p, 'a>(
     plan: &'p Plan<'a>,
     answers: &'p [Answer],
-    busy_on: BusyOn,
+    rule: BusyRule,
+    threshold_pct: Option<u8>,
 ) -> impl Iterator<Item = (&'p Applied<'a>, Observed)> + 'p {
     plan.calls
         .iter()
@@ -107,7 +202,8 @@ pub fn observations<'p, 'a>(
                     if a.rule.scope != Scope::Global {
                         return None;
                     }
-                    Some((a, observed(&a.params, o, busy_on)?))
+                    let pct = threshold_pct.unwrap_or(a.rule.share_threshold_pct);
+                    Some((a, observed(&a.params, o, rule, pct)?))
                 })
         })
 }
@@ -168,20 +264,21 @@ struct Tracked {
     expires: Micros,
     figure: u64,
     busy: u64,
+    rank: u64,
     limit: u64,
-    threshold_pct: u8,
+    threshold: Threshold,
     shipped: Option<u64>,
     shipped_at: Micros,
 }
 
-/// busy / limit > pct / 100, in integers.
-fn above(busy: u64, limit: u64, pct: u8) -> bool {
-    u128::from(busy) * 100 > u128::from(limit) * u128::from(pct)
+/// busy / limit > threshold, in integers.
+fn above(busy: u64, limit: u64, threshold: Threshold) -> bool {
+    u128::from(busy) * 1_000_000 > u128::from(limit) * u128::from(threshold.ppm())
 }
 
 impl Tracked {
     fn is_busy(&self) -> bool {
-        above(self.busy, self.limit, self.threshold_pct)
+        above(self.busy, self.limit, self.threshold)
     }
 
     fn due(&self, now: Micros, resend_after: Micros) -> bool {
@@ -212,34 +309,24 @@ impl LocalUsage {
         }
     }
 
-    /// Records a decision's figure for a global rule's key at `now`.
-    ///
-    /// `figure` is what gets shipped (the window count, or cumulative consumption for
-    /// buckets); `busy` is the usage the threshold and the priority are judged on. The default
-    /// judges a key on the region's own count (for windows `busy` = `figure` = the outcome's
-    /// `usage`). The alternative is the count the decision saw, local + remote
-    /// (`limit − remaining`): a region held back by another's figure then still ships its
-    /// own small count, which closes most of the threshold's blind spot under overload
-    /// (docs/accuracy.md compares the two). For buckets the outcome's `usage` is how far the
-    /// bucket is drained, remote drain included. `threshold_pct` is the rule's
-    /// `share_threshold` in percent. Rules whose counts are not shared (sliding log,
-    /// concurrency) are ignored.
-    pub fn observe(
-        &mut self,
-        key: &str,
-        params: &Params,
-        threshold_pct: u8,
-        now: Micros,
-        figure: u64,
-        busy: u64,
-    ) {
+    /// Records a decision's figure for a global rule's key at `now`: what
+    /// [`observed`] made of its outcome. `figure` is what gets shipped, `busy` what the
+    /// threshold is judged on, `rank` the shipping order. Rules whose counts are not shared
+    /// (sliding log, concurrency) are ignored.
+    pub fn observe(&mut self, key: &str, params: &Params, now: Micros, o: Observed) {
+        let Observed {
+            figure,
+            busy,
+            rank,
+            threshold,
+        } = o;
         let Some(fw) = figure_window(params, now) else {
             return;
         };
         let limit = params.limit();
         let windows = match self.keys.get_mut(key.as_bytes()) {
             Some(w) => w,
-            None if !above(busy, limit, threshold_pct) => {
+            None if !above(busy, limit, threshold) => {
                 // A quiet key is not tracked: its figure is the store's (an absolute count,
                 // or cumulative consumption), so the next decision reports it whole again.
                 // What a daemon holds grows with its busy keys, not with every key it saw.
@@ -253,13 +340,20 @@ impl LocalUsage {
         };
         if let Some(t) = windows.iter_mut().find(|t| t.start == fw.start) {
             t.figure = t.figure.max(figure);
-            t.busy = if fw.cumulative {
-                busy
+            if fw.cumulative {
+                t.busy = busy;
+                t.rank = rank;
             } else {
-                t.busy.max(busy)
-            };
+                t.busy = t.busy.max(busy);
+                t.rank = t.rank.max(rank);
+            }
             t.limit = limit;
-            t.threshold_pct = threshold_pct;
+            // A key heard of stays shipped for the window (a threshold of 0 is sticky).
+            t.threshold = if fw.cumulative {
+                threshold
+            } else {
+                t.threshold.min(threshold)
+            };
             t.expires = t.expires.max(fw.expires);
             return;
         }
@@ -278,8 +372,9 @@ impl LocalUsage {
             expires: fw.expires,
             figure,
             busy,
+            rank,
             limit,
-            threshold_pct,
+            threshold,
             shipped: None,
             shipped_at: 0,
         });
@@ -310,11 +405,11 @@ impl LocalUsage {
                 }
             }
         }
-        // Nearest the limit first (largest busy/limit); ties by key and window, so the
+        // Nearest the limit first (largest rank/limit); ties by key and window, so the
         // choice does not depend on the map's order.
         due.sort_by(|(ka, a), (kb, b)| {
-            (u128::from(b.busy) * u128::from(a.limit))
-                .cmp(&(u128::from(a.busy) * u128::from(b.limit)))
+            (u128::from(b.rank) * u128::from(a.limit))
+                .cmp(&(u128::from(a.rank) * u128::from(b.limit)))
                 .then_with(|| ka.cmp(kb))
                 .then_with(|| a.start.cmp(&b.start))
         });
@@ -407,6 +502,17 @@ mod tests {
         }
     }
 
+    /// What [`observed`] would give for a region figure `figure`, busy on `busy`, against
+    /// `pct` percent.
+    fn ob(figure: u64, busy: u64, pct: u8) -> Observed {
+        Observed {
+            figure,
+            busy,
+            rank: busy,
+            threshold: Threshold::percent(pct),
+        }
+    }
+
     fn unbounded() -> Budget {
         Budget {
             max_bytes: usize::MAX,
@@ -419,18 +525,18 @@ mod tests {
     fn only_busy_changed_figures_ship() {
         let mut u = LocalUsage::new(0);
         let p = fixed(1000);
-        u.observe("quiet", &p, 10, 1, 100, 100); // exactly 10%: not above
-        u.observe("busy", &p, 10, 1, 101, 101);
+        u.observe("quiet", &p, 1, ob(100, 100, 10)); // exactly 10%: not above
+        u.observe("busy", &p, 1, ob(101, 101, 10));
         let b = u.select(2, &unbounded());
         assert_eq!(b.entries.len(), 1);
         assert_eq!(b.entries[0].key, "busy");
         assert_eq!(b.quiet, 1);
         // Unchanged: nothing to send.
         assert!(u.select(3, &unbounded()).entries.is_empty());
-        u.observe("busy", &p, 10, 4, 150, 150);
+        u.observe("busy", &p, 4, ob(150, 150, 10));
         assert_eq!(u.select(5, &unbounded()).entries[0].count, 150);
         // A threshold of 0 shares every key with any usage.
-        u.observe("quiet", &p, 0, 6, 100, 100);
+        u.observe("quiet", &p, 6, ob(100, 100, 0));
         assert_eq!(u.select(7, &unbounded()).entries[0].key, "quiet");
     }
 
@@ -438,14 +544,14 @@ mod tests {
     fn quiet_keys_are_not_held() {
         let mut u = LocalUsage::new(0);
         for i in 0..1000 {
-            u.observe(&format!("k{i}"), &fixed(1000), 10, 1, 50, 50);
+            u.observe(&format!("k{i}"), &fixed(1000), 1, ob(50, 50, 10));
         }
         assert!(u.is_empty());
         // Once busy, the key is tracked, and its next window too (quiet or not); the
         // window that ended is dropped.
-        u.observe("k1", &fixed(1000), 10, 2, 150, 150);
+        u.observe("k1", &fixed(1000), 2, ob(150, 150, 10));
         assert_eq!(u.len(), 1);
-        u.observe("k1", &fixed(1000), 10, MIN + 1, 3, 3);
+        u.observe("k1", &fixed(1000), MIN + 1, ob(3, 3, 10));
         assert_eq!(u.len(), 1);
         let b = u.select(MIN + 2, &unbounded());
         assert_eq!(b.entries.len(), 0, "window 0 is over, window 1 is quiet");
@@ -455,9 +561,9 @@ mod tests {
     #[test]
     fn nearest_the_limit_first_and_the_rest_deferred() {
         let mut u = LocalUsage::new(0);
-        u.observe("a", &fixed(1000), 10, 1, 200, 200); // 20%
-        u.observe("b", &fixed(100), 10, 1, 90, 90); // 90%
-        u.observe("c", &fixed(1000), 10, 1, 500, 500); // 50%
+        u.observe("a", &fixed(1000), 1, ob(200, 200, 10)); // 20%
+        u.observe("b", &fixed(100), 1, ob(90, 90, 10)); // 90%
+        u.observe("c", &fixed(1000), 1, ob(500, 500, 10)); // 50%
         let budget = Budget {
             max_entries: 2,
             ..unbounded()
@@ -476,7 +582,7 @@ mod tests {
     fn the_byte_budget_bounds_an_interval() {
         let mut u = LocalUsage::new(0);
         for i in 0..1000 {
-            u.observe(&format!("sl:{{k{i}}}:r"), &fixed(100), 10, 1, 50, 50);
+            u.observe(&format!("sl:{{k{i}}}:r"), &fixed(100), 1, ob(50, 50, 10));
         }
         let budget = Budget {
             max_bytes: 1_000,
@@ -497,7 +603,7 @@ mod tests {
     #[test]
     fn unchanged_figures_are_resent_after_a_while() {
         let mut u = LocalUsage::new(0);
-        u.observe("k", &fixed(100), 10, 1, 50, 50);
+        u.observe("k", &fixed(100), 1, ob(50, 50, 10));
         let budget = Budget {
             resend_after: SECOND,
             ..unbounded()
@@ -510,8 +616,8 @@ mod tests {
     #[test]
     fn resend_all_ships_unchanged_busy_figures_again() {
         let mut u = LocalUsage::new(0);
-        u.observe("busy", &fixed(100), 10, 1, 50, 50);
-        u.observe("quiet", &fixed(100), 10, 1, 5, 5);
+        u.observe("busy", &fixed(100), 1, ob(50, 50, 10));
+        u.observe("quiet", &fixed(100), 1, ob(5, 5, 10));
         assert_eq!(u.select(2, &unbounded()).entries.len(), 1);
         assert!(u.select(3, &unbounded()).entries.is_empty());
         u.resend_all();
@@ -524,8 +630,8 @@ mod tests {
     fn windows_roll_and_expire() {
         let mut u = LocalUsage::new(0);
         let p = fixed(100);
-        u.observe("k", &p, 10, 1, 50, 50);
-        u.observe("k", &p, 10, MIN + 1, 20, 20);
+        u.observe("k", &p, 1, ob(50, 50, 10));
+        u.observe("k", &p, MIN + 1, ob(20, 20, 10));
         // The old window is over: only the new one ships.
         let b = u.select(MIN + 2, &unbounded());
         assert_eq!(b.entries.len(), 1);
@@ -536,8 +642,8 @@ mod tests {
             limit: 100,
             window: MIN,
         };
-        u.observe("s", &s, 10, MIN - 1, 60, 60);
-        u.observe("s", &s, 10, MIN + 1, 1, 1);
+        u.observe("s", &s, MIN - 1, ob(60, 60, 10));
+        u.observe("s", &s, MIN + 1, ob(1, 1, 10));
         let b = u.select(MIN + 2, &unbounded());
         assert!(
             b.entries
@@ -555,11 +661,11 @@ mod tests {
             rate: Rate::per_second(10),
             burst: 100,
         };
-        u.observe("b", &p, 10, 1, 500, 50);
-        u.observe("b", &p, 10, 2, 480, 5); // figures never go down; depletion may
+        u.observe("b", &p, 1, ob(500, 50, 10));
+        u.observe("b", &p, 2, ob(480, 5, 10)); // figures never go down; depletion may
         let b = u.select(3, &unbounded());
         assert!(b.entries.is_empty(), "5% drained is not busy");
-        u.observe("b", &p, 10, 4, 530, 40);
+        u.observe("b", &p, 4, ob(530, 40, 10));
         let b = u.select(5, &unbounded());
         assert_eq!(
             b.entries,
@@ -583,11 +689,17 @@ mod tests {
         }
     }
 
+    fn rule(on: BusyOn, regions: usize) -> BusyRule {
+        BusyRule { on, regions }
+    }
+
     #[test]
     fn what_is_recorded_per_algorithm() {
         // A window saw 70 (30 of them remote), the region counted 40.
         let w = outcome(100, 30, 40);
-        let rec = |p: &Params, o: &Outcome, b| observed(p, o, b).map(|r| (r.figure, r.busy));
+        let rec = |p: &Params, o: &Outcome, on| {
+            observed(p, o, rule(on, 4), 10).map(|r| (r.figure, r.busy, r.rank, r.threshold.ppm()))
+        };
         for p in [
             fixed(100),
             Params::SlidingWindow {
@@ -595,10 +707,21 @@ mod tests {
                 window: MIN,
             },
         ] {
-            assert_eq!(rec(&p, &w, BusyOn::RegionCount), Some((40, 40)));
-            assert_eq!(rec(&p, &w, BusyOn::SeenCount), Some((40, 70)));
+            assert_eq!(
+                rec(&p, &w, BusyOn::RegionCount),
+                Some((40, 40, 40, 100_000))
+            );
+            assert_eq!(rec(&p, &w, BusyOn::SeenCount), Some((40, 70, 70, 100_000)));
+            // Heard of (the decision saw more than the region's count): always shipped.
+            assert_eq!(rec(&p, &w, BusyOn::Heard), Some((40, 40, 70, 0)));
+            let alone = outcome(100, 60, 40);
+            assert_eq!(rec(&p, &alone, BusyOn::Heard), Some((40, 40, 40, 100_000)));
+            // A quarter of the threshold in each of 4 regions.
+            assert_eq!(rec(&p, &w, BusyOn::RegionShare), Some((40, 40, 40, 25_000)));
+            assert_eq!(rec(&p, &w, BusyOn::SeenShare), Some((40, 70, 70, 25_000)));
         }
-        // A bucket ships the store's `used` and is busy on how drained it is, either way.
+        // A bucket ships the store's `used`, is ranked on how drained it is, and is busy on
+        // how drained it is, on `used` with `region_share`, on the larger with `seen_share`.
         let b = outcome(100, 25, 500);
         for p in [
             Params::TokenBucket {
@@ -610,15 +733,95 @@ mod tests {
                 burst: 100,
             },
         ] {
-            for busy_on in [BusyOn::RegionCount, BusyOn::SeenCount] {
-                assert_eq!(rec(&p, &b, busy_on), Some((500, 75)));
+            for on in [BusyOn::RegionCount, BusyOn::SeenCount, BusyOn::Heard] {
+                assert_eq!(rec(&p, &b, on), Some((500, 75, 75, 100_000)));
             }
+            assert_eq!(
+                rec(&p, &b, BusyOn::RegionShare),
+                Some((500, 500, 75, 25_000))
+            );
+            assert_eq!(rec(&p, &b, BusyOn::SeenShare), Some((500, 500, 75, 25_000)));
+            let fresh = outcome(100, 25, 3);
+            assert_eq!(
+                rec(&p, &fresh, BusyOn::SeenShare),
+                Some((3, 75, 75, 25_000))
+            );
         }
         let log = Params::SlidingLog {
             limit: 100,
             window: MIN,
         };
         assert_eq!(rec(&log, &w, BusyOn::RegionCount), None);
+    }
+
+    /// What one region leaves unshipped of a window: the most it can count without its key
+    /// becoming busy, for a 1,000 limit at 10%.
+    fn hidden(on: BusyOn, regions: usize) -> u64 {
+        let mut u = LocalUsage::new(0);
+        let p = fixed(1000);
+        for c in 1..=1000 {
+            let o =
+                observed(&p, &outcome(1000, 1000 - c, c), rule(on, regions), 10).expect("shared");
+            u.observe("k", &p, 1, o);
+            if !u.select(2, &unbounded()).entries.is_empty() {
+                return c - 1;
+            }
+        }
+        1000
+    }
+
+    #[test]
+    fn region_share_hides_under_the_threshold_in_all_regions() {
+        for regions in [1, 3, 10, 30, 200] {
+            let h = hidden(BusyOn::RegionShare, regions);
+            assert_eq!(h, 100 / regions as u64, "{regions} regions");
+            assert_eq!(hidden(BusyOn::SeenShare, regions), h, "{regions} regions");
+            // All the other regions together: under θ × L for any number of regions,
+            // where the region's own count hides (R − 1) × θ × L.
+            assert!((regions as u64 - 1) * h < 100, "{regions} regions");
+            assert_eq!(hidden(BusyOn::RegionCount, regions), 100);
+        }
+        // The default is a bounded rule; a threshold of 0 splits to 0.
+        assert_eq!(BusyOn::default(), BusyOn::SeenShare);
+        assert_eq!(
+            rule(BusyOn::RegionShare, 3).threshold(0),
+            Threshold::percent(0)
+        );
+        assert_eq!(
+            rule(BusyOn::RegionShare, 0).threshold(10),
+            Threshold::percent(10)
+        );
+    }
+
+    #[test]
+    fn a_key_heard_of_stays_shipped_for_its_window() {
+        let mut u = LocalUsage::new(0);
+        let p = fixed(1000);
+        let heard = rule(BusyOn::Heard, 3);
+        // 5 of the region's own after 300 from elsewhere: shipped though far under 10%.
+        u.observe(
+            "k",
+            &p,
+            1,
+            observed(&p, &outcome(1000, 695, 5), heard, 10).expect("w"),
+        );
+        assert_eq!(u.select(2, &unbounded()).entries[0].count, 5);
+        // The remote figure gone from the view (expired elsewhere), the key still ships.
+        u.observe(
+            "k",
+            &p,
+            3,
+            observed(&p, &outcome(1000, 994, 6), heard, 10).expect("w"),
+        );
+        assert_eq!(u.select(4, &unbounded()).entries[0].count, 6);
+        // The next window starts quiet.
+        u.observe(
+            "k",
+            &p,
+            MIN + 1,
+            observed(&p, &outcome(1000, 999, 1), heard, 10).expect("w"),
+        );
+        assert!(u.select(MIN + 2, &unbounded()).entries.is_empty());
     }
 
     #[test]
@@ -655,7 +858,7 @@ rules:
             })
         };
         let ids = |answers: &[crate::decision::Answer]| -> Vec<(String, u64, u64)> {
-            observations(&p, answers, BusyOn::RegionCount)
+            observations(&p, answers, rule(BusyOn::RegionCount, 3), None)
                 .map(|(a, o)| (a.rule.id.to_string(), o.figure, o.busy))
                 .collect()
         };

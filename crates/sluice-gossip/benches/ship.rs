@@ -16,6 +16,7 @@
 
 use sluice_core::algo::{Kind, Window};
 use sluice_core::matching::store_key;
+use sluice_core::ship::Observed;
 use sluice_core::{Micros, Params};
 use sluice_gossip::{Config, Node, RuleLookup, now_micros};
 use std::sync::Arc;
@@ -92,7 +93,7 @@ async fn run(n: usize, intervals: u64) {
                         let c = 200 + round;
                         counts[i].store(c, Ordering::Relaxed);
                         changed[i].store(now, Ordering::Relaxed);
-                        a.observe(&keys[i], &p, 10, now, c, c);
+                        a.observe(&keys[i], &p, now, Observed::count(c, 10));
                     }
                 }
                 round += 1;

@@ -14,11 +14,11 @@ use chitchat::{
     spawn_chitchat,
 };
 use sluice_core::merge::RemoteCounts;
-use sluice_core::ship::{Budget, LocalUsage};
+use sluice_core::ship::{Budget, LocalUsage, Observed};
 use sluice_core::{Micros, Params, Remote};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
@@ -162,6 +162,7 @@ struct Inner {
     metrics: Arc<GossipMetrics>,
     lookup: Arc<dyn RuleLookup>,
     shipping: AtomicBool,
+    regions: AtomicUsize,
     seq: AtomicU64,
     live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
 }
@@ -278,6 +279,7 @@ impl Node {
             metrics,
             lookup,
             shipping: AtomicBool::new(true),
+            regions: AtomicUsize::new(1),
             seq: AtomicU64::new(1),
             live,
             cfg,
@@ -315,15 +317,7 @@ impl Node {
 
     /// Records this region's figure for a global key after a decision (see
     /// [`LocalUsage::observe`]). A no-op on a daemon that does not ship.
-    pub fn observe(
-        &self,
-        key: &str,
-        params: &Params,
-        threshold_pct: u8,
-        now: Micros,
-        figure: u64,
-        busy: u64,
-    ) {
+    pub fn observe(&self, key: &str, params: &Params, now: Micros, o: Observed) {
         if !self.inner.shipping.load(Ordering::Relaxed) {
             return;
         }
@@ -331,7 +325,13 @@ impl Node {
             .usage
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .observe(key, params, threshold_pct, now, figure, busy);
+            .observe(key, params, now, o);
+    }
+
+    /// Regions with a live member, this one included (at least 1), as of the last ship
+    /// interval: what a region's share of a threshold divides by.
+    pub fn regions(&self) -> usize {
+        self.inner.regions.load(Ordering::Relaxed).max(1)
     }
 
     /// The other regions' figures a decision on `key` adds at `now`.
@@ -494,6 +494,8 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             .unwrap_or_else(|p| p.into_inner())
             .sweep(now);
         let live = members(&inner.live.borrow());
+        let regions: BTreeSet<&str> = live.iter().map(|m| m.region.as_str()).collect();
+        inner.regions.store(regions.len(), Ordering::Relaxed);
         let (ships, to) = targets(&inner.cfg, &live);
         inner.shipping.store(ships, Ordering::Relaxed);
         if !ships || to.is_empty() {

@@ -2,6 +2,7 @@
 
 use sluice_core::algo::{Kind, Window};
 use sluice_core::matching::store_key;
+use sluice_core::ship::Observed;
 use sluice_core::{Micros, Params};
 use sluice_gossip::{Config, Node, Reject, RuleLookup, now_micros};
 use std::net::SocketAddr;
@@ -68,10 +69,10 @@ async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
     let p = params();
     let now = now_micros();
     // 150 of 1,000 is above the default 10% threshold: busy, shipped.
-    a.observe(&key, &p, 10, now, 150, 150);
+    a.observe(&key, &p, now, Observed::count(150, 10));
     // 50 is not: never shipped (the blind spot).
     let quiet = store_key("api|api_key=k2", "g", Kind::FixedWindow);
-    a.observe(&quiet, &p, 10, now, 50, 50);
+    a.observe(&quiet, &p, now, Observed::count(50, 10));
     wait_for("b and c to hear a's figure", Duration::from_secs(5), || {
         [&b, &c]
             .iter()
@@ -82,7 +83,7 @@ async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
     // A daemon never counts its own region's figure as remote.
     assert_eq!(a.remote_for(&key, &p, now_micros()).cur, 0);
     // Figures only rise: a lower one later changes nothing.
-    a.observe(&key, &p, 10, now_micros(), 170, 170);
+    a.observe(&key, &p, now_micros(), Observed::count(170, 10));
     wait_for("the raise", Duration::from_secs(5), || {
         b.remote_for(&key, &p, now_micros()).cur == 170
     })
@@ -135,7 +136,7 @@ async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
 
     // A figure of a rule the receivers do not run globally is dropped, not merged.
     let region_rule = store_key("api|api_key=k1", "regional", Kind::FixedWindow);
-    a.observe(&region_rule, &p, 10, now_micros(), 500, 500);
+    a.observe(&region_rule, &p, now_micros(), Observed::count(500, 10));
     wait_for("unknown rule counted", Duration::from_secs(5), || {
         let mut out = String::new();
         b.render_metrics(&mut out);
@@ -147,7 +148,7 @@ async fn figures_reach_the_other_regions_and_nothing_else_gets_in() {
     // A figure of rule `g` under another algorithm (an edit live at the sender only) is
     // dropped too: counts of one algorithm are never merged into another's.
     let edited = store_key("api|api_key=k1", "g", Kind::TokenBucket);
-    a.observe(&edited, &p, 10, now_micros(), 500, 500);
+    a.observe(&edited, &p, now_micros(), Observed::count(500, 10));
     wait_for("other algorithm dropped", Duration::from_secs(5), || {
         let mut out = String::new();
         b.render_metrics(&mut out);
@@ -190,7 +191,7 @@ async fn one_shipper_per_region_and_no_key_works_too() {
     .await;
     let key = store_key("api|api_key=k1", "g", Kind::FixedWindow);
     let p = params();
-    a1.observe(&key, &p, 10, now_micros(), 300, 300);
+    a1.observe(&key, &p, now_micros(), Observed::count(300, 10));
     wait_for("b hears a", Duration::from_secs(5), || {
         b.remote_for(&key, &p, now_micros()).cur == 300
     })
@@ -242,7 +243,7 @@ async fn each_sub_count_of_a_split_rule_is_looked_up() {
         .collect();
     let now = now_micros();
     for k in &keys {
-        a.observe(k, &p, 10, now, 150, 150);
+        a.observe(k, &p, now, Observed::count(150, 10));
     }
     wait_for("b to hear both sub-counts", Duration::from_secs(5), || {
         keys.iter()

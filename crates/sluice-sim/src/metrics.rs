@@ -526,8 +526,8 @@ impl Metrics {
     }
 
     /// Global window counters some region counted above its share threshold in the window
-    /// holding `now`: what daemons must learn after a heal. `th[rule]` is the threshold in
-    /// percent; a region that is down counts 0.
+    /// holding `now`: what daemons must learn after a heal. `th[rule]` is the threshold on a
+    /// region's count, parts per million of the limit; a region that is down counts 0.
     pub fn heal_counts(&self, now: Micros, up: &[bool], th: &[u64]) -> Vec<HealCount> {
         let mut out = Vec::new();
         for t in &self.truths {
@@ -541,7 +541,9 @@ impl Metrics {
             let counts: Vec<u64> = (0..up.len())
                 .map(|r| {
                     let c = t.region_count(r, now);
-                    if up[r] && c * 100 > limit * th[t.rule] {
+                    if up[r]
+                        && u128::from(c) * 1_000_000 > u128::from(limit) * u128::from(th[t.rule])
+                    {
                         c
                     } else {
                         0

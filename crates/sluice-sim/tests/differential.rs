@@ -19,7 +19,7 @@ use sluice_core::hotkeys::lease::SWEEP;
 use sluice_core::matching::Descriptors;
 use sluice_core::merge::RemoteCounts;
 use sluice_core::rules::RuleSet;
-use sluice_core::ship::{Budget, BusyOn, LocalUsage, ShipEntry, observations};
+use sluice_core::ship::{Budget, BusyOn, BusyRule, LocalUsage, ShipEntry, observations};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Params, Remote};
 use sluice_sim::engine::Sim;
@@ -215,20 +215,15 @@ impl RemoteSource for View {
 /// recorded as the daemon's `Regions` records it, selected every interval.
 struct Shipper {
     usage: Mutex<LocalUsage>,
+    /// The scenario's default busy rule over its two regions.
+    rule: BusyRule,
 }
 
 impl UsageSink for Shipper {
     fn observe(&self, plan: &Plan<'_>, answers: &[Answer], now: Micros) {
         let mut u = self.usage.lock().expect("lock");
-        for (a, o) in observations(plan, answers, BusyOn::RegionCount) {
-            u.observe(
-                &a.key,
-                &a.params,
-                a.rule.share_threshold_pct,
-                now,
-                o.figure,
-                o.busy,
-            );
+        for (a, o) in observations(plan, answers, self.rule, None) {
+            u.observe(&a.key, &a.params, now, o);
         }
     }
 }
@@ -253,6 +248,10 @@ fn region(name: &str, rules: &Arc<Published>, clock: &Arc<ManualClock>) -> Regio
     });
     let shipper = Arc::new(Shipper {
         usage: Mutex::new(LocalUsage::new(0)),
+        rule: BusyRule {
+            on: BusyOn::default(),
+            regions: 2,
+        },
     });
     let mut engine = Engine::new(
         rules.clone(),

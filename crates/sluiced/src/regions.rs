@@ -26,7 +26,7 @@ use sluice_control::Published;
 use sluice_core::algo::Kind;
 use sluice_core::decision::{Answer, Plan};
 use sluice_core::rules::{Mode, Scope};
-use sluice_core::ship::{Budget, observations};
+use sluice_core::ship::{Budget, BusyRule, observations};
 use sluice_core::{Micros, Params, Remote};
 use sluice_gossip::{Node, RuleLookup, Shippers};
 use std::net::SocketAddr;
@@ -82,8 +82,13 @@ pub struct GossipConfig {
     pub max_remote_keys: usize,
     /// Which daemons ship.
     pub shippers: ShippersConfig,
-    /// What the share threshold is judged on.
+    /// What the share threshold is judged on (`seen_share` by default: the count a decision
+    /// saw against `share_threshold / regions`; docs/regions.md, "The busy rule").
     pub busy_on: BusyOn,
+    /// Regions the threshold is split between (`seen_share`, `region_share`), at least: the
+    /// regions the membership lists count when more (0: the membership alone). Set it to the
+    /// regions deployed, so a region that has not joined yet does not enlarge the shares.
+    pub regions: usize,
 }
 
 impl Default for GossipConfig {
@@ -102,7 +107,8 @@ impl Default for GossipConfig {
             resend_after_ms: 5_000,
             max_remote_keys: 1_000_000,
             shippers: ShippersConfig::EveryDaemon,
-            busy_on: BusyOn::RegionCount,
+            busy_on: BusyOn::default(),
+            regions: 0,
         }
     }
 }
@@ -175,6 +181,7 @@ impl RuleLookup for Lookup {
 pub struct Regions {
     node: Node,
     busy_on: BusyOn,
+    regions: usize,
 }
 
 impl std::fmt::Debug for Regions {
@@ -216,15 +223,12 @@ impl UsageSink for Regions {
     /// Records, for each global rule the shared store answered, what the core says its
     /// shipper records ([`sluice_core::ship::observations`], as the simulator does).
     fn observe(&self, plan: &Plan<'_>, answers: &[Answer], now: Micros) {
-        for (a, o) in observations(plan, answers, self.busy_on) {
-            self.node.observe(
-                &a.key,
-                &a.params,
-                a.rule.share_threshold_pct,
-                now,
-                o.figure,
-                o.busy,
-            );
+        let rule = BusyRule {
+            on: self.busy_on,
+            regions: self.regions.max(self.node.regions()),
+        };
+        for (a, o) in observations(plan, answers, rule, None) {
+            self.node.observe(&a.key, &a.params, now, o);
         }
     }
 }
@@ -286,6 +290,7 @@ pub async fn start(
     let regions = Arc::new(Regions {
         node,
         busy_on: g.busy_on,
+        regions: g.regions,
     });
     metrics.add_exporter(regions.clone());
     Ok(Some(regions))

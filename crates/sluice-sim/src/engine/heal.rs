@@ -4,6 +4,7 @@
 use super::observer::Rec;
 use super::{Sim, view};
 use sluice_core::Micros;
+use sluice_core::ship::BusyRule;
 
 /// What one daemon still has to learn after a heal.
 pub(super) struct Need {
@@ -63,11 +64,19 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let n = sc.regions.len();
         let mut needs: Vec<Vec<Need>> = (0..n * sc.daemons).map(|_| Vec::new()).collect();
+        // Each rule's threshold on a region's count, parts per million of the limit.
+        let busy = BusyRule {
+            on: sc.gossip.busy_on,
+            regions: n,
+        };
         let th: Vec<u64> = self
             .domain
             .rules
             .iter()
-            .map(|rule| u64::from(self.threshold.unwrap_or(rule.share_threshold_pct)))
+            .map(|rule| {
+                let pct = self.threshold.unwrap_or(rule.share_threshold_pct);
+                u64::from(busy.threshold(pct).ppm())
+            })
             .collect();
         let mut keys = 0;
         for t in self.pipe.heal_counts(now, self.up.clone(), th) {

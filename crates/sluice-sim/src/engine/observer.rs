@@ -47,9 +47,7 @@ pub(super) struct Obs {
     /// Inline: memory allocated on one thread and freed on the other costs more than the copy.
     pub(super) key: InlineKey,
     pub(super) params: sluice_core::Params,
-    /// Share threshold, percent.
-    pub(super) th: u8,
-    /// The figure and busy value.
+    /// The figure, busy value and threshold.
     pub(super) observed: Observed,
 }
 
@@ -208,13 +206,6 @@ impl<'a> Observer<'a> {
         let Ok(key) = std::str::from_utf8(&o.key) else {
             return;
         };
-        self.usage[r][d].observe(
-            key,
-            &o.params,
-            o.th,
-            now,
-            o.observed.figure,
-            o.observed.busy,
-        );
+        self.usage[r][d].observe(key, &o.params, now, o.observed);
     }
 }

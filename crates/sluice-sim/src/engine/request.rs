@@ -12,7 +12,7 @@ use sluice_core::decision::{Answer, Code, Decision, Plan, Via, plan_into};
 use sluice_core::hash::InlineKey;
 use sluice_core::hotkeys::CallPolicy;
 use sluice_core::rules::{Domain, Mode, Rule, Scope};
-use sluice_core::ship::observations;
+use sluice_core::ship::{BusyRule, observations};
 use sluice_core::time::SECOND;
 use smallvec::SmallVec;
 use std::fmt::Write as _;
@@ -315,11 +315,14 @@ impl<'a> Sim<'a> {
         if !ships(self.sc, d) {
             return;
         }
-        for (a, observed) in observations(plan, answers, self.sc.gossip.busy_on) {
+        let rule = BusyRule {
+            on: self.sc.gossip.busy_on,
+            regions: self.sc.regions.len(),
+        };
+        for (a, observed) in observations(plan, answers, rule, self.threshold) {
             let obs = Obs {
                 key: InlineKey::from_slice(a.key.as_bytes()),
                 params: a.params.as_ref().clone(),
-                th: self.threshold.unwrap_or(a.rule.share_threshold_pct),
                 observed,
             };
             self.pipe.send(Rec::Observe {

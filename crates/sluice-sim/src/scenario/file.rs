@@ -192,7 +192,7 @@ pub struct GossipFile {
     /// `every_daemon` or `one_per_region`.
     #[serde(default = "default_shippers")]
     pub shippers: Shippers,
-    /// `region_count` or `seen_count`.
+    /// `seen_share` (the default), `region_share`, `region_count`, `seen_count` or `heard`.
     #[serde(default = "default_busy_on")]
     pub busy_on: BusyOn,
     /// `per_daemon` or `per_region`.
@@ -252,7 +252,7 @@ fn default_delivery() -> Delivery {
     Delivery::PerDaemon
 }
 fn default_busy_on() -> BusyOn {
-    BusyOn::RegionCount
+    BusyOn::default()
 }
 fn default_delay() -> DistFile {
     DistFile::Uniform {
