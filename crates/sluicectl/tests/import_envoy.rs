@@ -46,8 +46,10 @@ fn configs_the_service_loads_are_converted_with_a_report_per_file() {
         (
             "basic.yaml",
             "shop",
-            9,
-            &["descriptors[1] value: for client=probe Envoy follows the more specific entry"],
+            10,
+            &[
+                "descriptors[1] value: for client=probe Envoy follows the more specific entry (descriptors[3]) and applies no limit at this depth; carried as a mode: off rule there",
+            ],
             1,
         ),
         (
@@ -138,6 +140,22 @@ fn carried_keys_land_where_they_should() {
     assert_eq!(rule("beta").mode, sluice_core::rules::Mode::Shadow);
     assert_eq!(rule("health").mode, sluice_core::rules::Mode::Off);
     rule("partner_daily");
+    // client=probe has an entry of its own without a limit: Envoy applies none, and neither
+    // does Sluice (its `off` rule wins the group over the bare `client` rule).
+    let applied = |value: &str| -> Vec<String> {
+        let d = sluice_core::matching::Descriptors::new(vec![
+            ("client".to_string(), value.to_string()),
+            ("envoy.keys".to_string(), "client".to_string()),
+        ])
+        .expect("descriptors");
+        sluice_core::matching::applicable(shop, &d)
+            .into_iter()
+            .map(|a| a.rule.id.to_string())
+            .collect()
+    };
+    assert!(applied("probe").is_empty(), "{:?}", applied("probe"));
+    assert_eq!(applied("anyone"), vec!["client"]);
+    assert_eq!(applied("partner"), vec!["partner_daily"]);
     // share_threshold on "*": every value shares one count (no key field); without it, per value.
     let (set, _) = accepted(&[], &["wildcards.yaml"]);
     let files = set.domain("files").expect("files");

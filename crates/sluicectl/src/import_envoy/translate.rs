@@ -19,6 +19,8 @@ pub(super) struct Cand<'a> {
     /// Keys as sluiced names them (a repeated key becomes `key.2`, …).
     keys: Vec<String>,
     pub(super) skip: bool,
+    /// Made for an entry Envoy's walk takes and finds no limit under: `mode: off` there.
+    pub(super) exempt: bool,
 }
 
 impl Cand<'_> {
@@ -40,6 +42,17 @@ impl Cand<'_> {
             .iter()
             .filter(|n| matches!(n.value, Val::Exact(_)))
             .count()
+    }
+    /// An id made from the path: `message_type_marketing.to_number`.
+    fn derived(&self) -> String {
+        self.path
+            .iter()
+            .map(|n| match &n.value {
+                Val::Exact(v) => format!("{}_{v}", n.key),
+                _ => n.key.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(".")
     }
     fn shown(&self) -> String {
         self.path
@@ -66,6 +79,7 @@ fn flatten<'a>(
                 id: String::new(),
                 keys: renamed(path.iter().map(|n| n.key.as_str())),
                 skip: false,
+                exempt: false,
             });
         }
         flatten(&n.children, path, pos, out);
@@ -227,15 +241,7 @@ pub(super) fn domain(name: &str, tree: &[Node], notes: &mut Vec<Note>) -> anyhow
             continue;
         }
         // Only rules that are written take an id, so skipped ones free theirs.
-        let derived = c
-            .path
-            .iter()
-            .map(|n| match &n.value {
-                Val::Exact(v) => format!("{}_{v}", n.key),
-                _ => n.key.clone(),
-            })
-            .collect::<Vec<_>>()
-            .join(".");
+        let derived = c.derived();
         c.id = match &lim.name {
             Some(nm) if valid_id(nm) => unique(nm.clone(), &mut taken),
             Some(nm) => {
@@ -252,7 +258,24 @@ pub(super) fn domain(name: &str, tree: &[Node], notes: &mut Vec<Note>) -> anyhow
         };
         carried_notes(c, lim, &names, notes);
     }
-    walk_notes(tree, &[], &cands, notes);
+    // Where Envoy's walk takes an exact entry and finds no limit, an `off` rule there keeps
+    // the less specific rule from applying, as in Envoy.
+    let mut seen = HashSet::new();
+    for (path, pos) in walk_notes(tree, &[], &cands, notes) {
+        let mut c = Cand {
+            keys: renamed(path.iter().map(|n| n.key.as_str())),
+            path,
+            pos,
+            id: String::new(),
+            skip: false,
+            exempt: true,
+        };
+        if !seen.insert(c.shown()) {
+            continue;
+        }
+        c.id = unique(sanitize_id(&format!("{}.off", c.derived())), &mut taken);
+        cands.push(c);
+    }
 
     // Group alternatives for the same keys; most specific first (Envoy's lookup order).
     let mut order: Vec<usize> = (0..cands.len()).filter(|i| !cands[*i].skip).collect();
@@ -310,7 +333,6 @@ pub(super) fn domain(name: &str, tree: &[Node], notes: &mut Vec<Note>) -> anyhow
         for i in &group {
             let c = &cands[*i];
             let node = c.node();
-            let lim = node.limit.as_ref().ok_or_else(|| anyhow!("a limit"))?;
             let mut matchers = Map::new();
             matchers.insert(KEYS_DESCRIPTOR.into(), Value::String(p.clone()));
             for (n, k) in c.path.iter().zip(&c.keys) {
@@ -336,12 +358,14 @@ pub(super) fn domain(name: &str, tree: &[Node], notes: &mut Vec<Note>) -> anyhow
                 .collect();
             r.insert("key".into(), json!(key));
             r.insert("algorithm".into(), json!("fixed_window"));
-            if lim.unlimited {
+            let lim = node.limit.as_ref();
+            if c.exempt || lim.is_some_and(|l| l.unlimited) {
                 // Off still wins its group: the descriptor is exempt, as in Envoy.
                 r.insert("limit".into(), json!(1_000_000_000u64));
                 r.insert("window".into(), json!("1s"));
                 r.insert("mode".into(), json!("off"));
             } else {
+                let lim = lim.ok_or_else(|| anyhow!("a limit"))?;
                 r.insert("limit".into(), json!(lim.requests_per_unit));
                 r.insert("window".into(), json!(lim.window.unwrap_or("1s")));
                 if node.shadow {

@@ -16,14 +16,20 @@ fn subtree_paths(cands: &[Cand<'_>], pos: &[usize]) -> BTreeSet<String> {
         .collect()
 }
 
+/// A rule path to exempt, with its position (that of the limit it shadows).
+type Exempt<'a> = (Vec<&'a Node>, Vec<usize>);
+
 /// Where Envoy's walk takes a more specific sibling and never comes back: a limit below a
 /// catch-all entry that the sibling's subtree has no counterpart of applies in Sluice only.
-pub(super) fn walk_notes(
-    nodes: &[Node],
+/// Where the sibling is an exact value, the limit's path through it is returned, to be written
+/// as an `off` rule that wins the group; otherwise the case is only noted.
+pub(super) fn walk_notes<'a>(
+    nodes: &'a [Node],
     parent: &[usize],
-    cands: &[Cand<'_>],
+    cands: &[Cand<'a>],
     notes: &mut Vec<Note>,
-) {
+) -> Vec<Exempt<'a>> {
+    let mut out = Vec::new();
     let at = |i: usize| parent.iter().copied().chain([i]).collect::<Vec<usize>>();
     for (i, c) in nodes.iter().enumerate() {
         let cpos = at(i);
@@ -38,23 +44,34 @@ pub(super) fn walk_notes(
                     for cand in cands.iter().filter(|k| {
                         !k.skip && k.pos.starts_with(&cpos) && rel_path(k, cpos.len()) == *rel
                     }) {
+                        let exact = matches!(s.value, Val::Exact(_));
                         notes.push(Note::new(
                             &cand.node().file,
                             &cand.node().at,
                             "value",
                             format!(
-                                "for {} Envoy follows the more specific entry ({}) and applies no limit at this depth; Sluice applies rule {} to those requests too",
+                                "for {} Envoy follows the more specific entry ({}) and applies no limit at this depth; {}",
                                 s.value.shown(&s.key),
                                 s.at,
-                                cand.id
+                                if exact {
+                                    format!("carried as a mode: off rule there, so rule {} does not apply to those requests either", cand.id)
+                                } else {
+                                    format!("Sluice applies rule {} to those requests too", cand.id)
+                                }
                             ),
                         ));
+                        if exact {
+                            let mut path = cand.path.clone();
+                            path[cpos.len() - 1] = s;
+                            out.push((path, cand.pos.clone()));
+                        }
                     }
                 }
             }
         }
-        walk_notes(&c.children, &cpos, cands, notes);
+        out.extend(walk_notes(&c.children, &cpos, cands, notes));
     }
+    out
 }
 
 fn rel_path(c: &Cand<'_>, from: usize) -> String {
