@@ -23,10 +23,15 @@
 --   code (1 token_bucket, 2 gcra, 3 fixed_window, 4 sliding_window, 5 sliding_log,
 --         6 concurrency), flags = enforce (1) + 2 × charge_rejected, rcur / rprev = the
 --   item's remote.cur / remote.prev.
---   p1, p2 = rate_per_s, burst (buckets) | limit, nominal window (fixed window) |
---            limit, window (sliding window, sliding log) | limit, timeout (concurrency).
---   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); 0 for
---   algorithms without windows.
+--   p1, p2 = units refilled per µs, burst (token_bucket) | emission interval in µs, burst
+--            (gcra) | limit, nominal window (fixed window) | limit, window (sliding window,
+--            sliding log) | limit, timeout (concurrency).
+--   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); for a
+--   token bucket wstart is its units per token instead (10^6 for a rate per second, e.g.
+--   6·10^6 for 10/1m: `algo::Rate`); 0 for other algorithms without windows.
+--   A bucket's rate arrives as Rust's `Rate` derives it (units, scale, interval), so the
+--   script never divides a period itself. (Format 2; format 1 sent rate_per_s as p1. A
+--   script's SHA names its format: each daemon runs the script it was built with.)
 -- stale (optional, 0 = none): the Redis TIME (epoch microseconds) after which the call must
 --   not run. A call that waited on the wire longer than its caller did (Redis paused, a
 --   backlog after a stall) would otherwise take units for a request its daemon has already
@@ -48,7 +53,6 @@
 -- Nothing is written by a call that fails: every read and check happens before the first
 -- write.
 
-local SCALE = 1000000      -- micro-tokens per token (TOKEN_SCALE)
 local SECOND = 1000000     -- microseconds
 local MILLI = 1000
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
@@ -182,7 +186,7 @@ local function parse_item(s, i)
         or ws > MAX_EXACT or we > MAX_EXACT then
         badarg('item ' .. i .. ' holds a number above 2^53')
     end
-    if p1 == 0 or p2 == 0 then
+    if p1 == 0 or p2 == 0 or (c == '1' and ws == 0) then
         badarg('item ' .. i .. ' has a zero parameter')
     end
     return c + 0, p1, p2, fl + 0, rc, rp, ws, we
@@ -276,8 +280,9 @@ local function tb_load(key, ki)
     return { tokens, ts, seen, used }, nil
 end
 
-local function tb_current(rate, burst, st, now, rcur)
-    local cap = burst * SCALE
+-- rate = units per µs, scale = units per token (`algo::Rate::units` / `scale`).
+local function tb_current(rate, scale, burst, st, now, rcur)
+    local cap = burst * scale
     local tokens, ts, seen, used
     if st then
         tokens = min(st[1], cap)
@@ -297,8 +302,8 @@ local function tb_current(rate, burst, st, now, rcur)
     -- Other regions' new consumption comes out of what the bucket holds; the rest is owed
     -- (seen lags the figure, at most one burst) and comes out of the refill.
     local fresh = sat(rcur - seen)
-    local drained = min(fresh, idiv(tokens, SCALE))
-    tokens = tokens - drained * SCALE
+    local drained = min(fresh, idiv(tokens, scale))
+    tokens = tokens - drained * scale
     if fresh > 0 then
         seen = rcur - min(fresh - drained, burst)
     end
@@ -306,18 +311,23 @@ local function tb_current(rate, burst, st, now, rcur)
 end
 
 local function tb_evaluate(it, st, now, cost)
-    local rate, burst = it.p1, it.p2
-    local cap = burst * SCALE
-    local tokens, _, _, used = tb_current(rate, burst, st, now, it.rcur)
-    local need = max(cost, 1) * SCALE
+    local rate, burst, scale = it.p1, it.p2, it.wstart
+    local cap = burst * scale
+    local tokens, _, _, used = tb_current(rate, scale, burst, st, now, it.rcur)
+    -- A cost above the burst never fits (and cost × scale could pass 2^53).
+    local probe = max(cost, 1)
+    local need = cap + 1
+    if probe <= burst then
+        need = probe * scale
+    end
     local window = ceil_div(cap, rate)
     if need <= tokens then
-        local after = tokens - cost * SCALE
-        local remaining = idiv(after, SCALE)
+        local after = tokens - cost * scale
+        local remaining = idiv(after, scale)
         return { true, burst, remaining, ceil_div(cap - after, rate), 0, window,
             bucket_usage(it, used_after(it, used, cost), remaining) }
     end
-    local remaining = idiv(tokens, SCALE)
+    local remaining = idiv(tokens, scale)
     local retry
     if need > cap then
         retry = window
@@ -329,10 +339,11 @@ local function tb_evaluate(it, st, now, cost)
 end
 
 local function tb_take(it, st, now, cost)
-    local rate, burst = it.p1, it.p2
-    local cap = burst * SCALE
-    local tokens, ts, seen, used = tb_current(rate, burst, st, now, it.rcur)
-    tokens = sat(tokens - cost * SCALE)
+    local rate, burst, scale = it.p1, it.p2, it.wstart
+    local cap = burst * scale
+    local tokens, ts, seen, used = tb_current(rate, scale, burst, st, now, it.rcur)
+    -- A charge above the burst empties the bucket, no more.
+    tokens = sat(tokens - min(cost, burst) * scale)
     used = used_after(it, used, cost)
     local value
     local back = idiv(tokens, rate)
@@ -372,12 +383,8 @@ local function gcra_load(key, ki)
     return { tat, seen, used }, nil
 end
 
-local function gcra_interval(rate)
-    return ceil_div(SECOND, rate)
-end
-
-local function gcra_current(rate, burst, st, now, rcur)
-    local t = gcra_interval(rate)
+-- t = the emission interval in µs (`algo::Rate::interval`).
+local function gcra_current(t, burst, st, now, rcur)
     local tat, seen, used
     if st then
         tat, seen, used = st[1], st[2], st[3]
@@ -395,10 +402,9 @@ local function gcra_current(rate, burst, st, now, rcur)
 end
 
 local function gcra_evaluate(it, st, now, cost)
-    local rate, burst = it.p1, it.p2
-    local t = gcra_interval(rate)
+    local t, burst = it.p1, it.p2
     local tolerance = t * burst
-    local tat, _, used = gcra_current(rate, it.p2, st, now, it.rcur)
+    local tat, _, used = gcra_current(t, burst, st, now, it.rcur)
     local probe_cost = max(cost, 1)
     local probe = tat + probe_cost * t
     if probe - now <= tolerance then
@@ -418,9 +424,8 @@ local function gcra_evaluate(it, st, now, cost)
 end
 
 local function gcra_take(it, st, now, cost)
-    local rate, burst = it.p1, it.p2
-    local t = gcra_interval(rate)
-    local tat, seen, used = gcra_current(rate, it.p2, st, now, it.rcur)
+    local t, burst = it.p1, it.p2
+    local tat, seen, used = gcra_current(t, burst, st, now, it.rcur)
     -- A charged refusal may not push the TAT beyond one full burst of debt.
     tat = min(tat + cost * t, now + t * burst)
     used = used_after(it, used, cost)

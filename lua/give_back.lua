@@ -23,8 +23,9 @@
 --
 -- KEYS[1]: the key holding the state at `now`: the rule key for buckets,
 --   "<rule key>:<window start>" of the window holding `now` for windows.
--- ARGV[1]: "code p1 p2 wstart wend": check.lua's algorithm code and numbers (rate_per_s,
---   burst | limit, window) and the bounds of the window holding `now` (0 0 for buckets).
+-- ARGV[1]: "code p1 p2 wstart wend": check.lua's algorithm code and numbers (units per µs,
+--   burst | interval, burst | limit, window) and the bounds of the window holding `now`
+--   (a token bucket's units per token in wstart, as in check.lua; 0 0 for gcra).
 -- ARGV[2]: "units taken_at now tstart": units given back (at most 10^9, as a cost: it keeps
 --   units x interval exact), when they were taken, now, and the start of the window holding
 --   `taken_at` (0 for buckets). Window bounds are Rust's (calendar maths), as for a check.
@@ -34,8 +35,6 @@
 -- value; "SLUICE_BADARG <detail>" when an argument is not what the format says. Nothing is
 -- written by a call that fails.
 
-local SCALE = 1000000      -- micro-tokens per token (TOKEN_SCALE)
-local SECOND = 1000000     -- microseconds
 local MILLI = 1000
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
 local MAX_LIMIT = 1000000000       -- algo::MAX_LIMIT
@@ -139,7 +138,7 @@ for _, s in ipairs({ p1, p2, wstart, wend, units, taken_at, now, tstart }) do
 end
 code, p1, p2, wstart, wend = code + 0, p1 + 0, p2 + 0, wstart + 0, wend + 0
 units, taken_at, now, tstart = units + 0, taken_at + 0, now + 0, tstart + 0
-if p1 == 0 or p2 == 0 then
+if p1 == 0 or p2 == 0 or (code == 1 and wstart == 0) then
     return badarg('a zero parameter')
 end
 if code == 5 or code == 6 then
@@ -163,8 +162,8 @@ end
 -- token_bucket: "ts" or "tokens ts seen [used]" (check.lua's tb_load / tb_take)
 
 if code == 1 then
-    local rate, burst = p1, p2
-    local cap = burst * SCALE
+    local rate, burst, scale = p1, p2, wstart
+    local cap = burst * scale
     local v, e = get_string(key)
     if e then return e end
     if v == nil then return 0 end
@@ -190,7 +189,7 @@ if code == 1 then
     end
     ts = max(ts, now)
     -- units past the burst fill it all the same: bounding it keeps the sum exact.
-    tokens = min(tokens + min(units, burst) * SCALE, cap)
+    tokens = min(tokens + min(units, burst) * scale, cap)
     -- core: token_bucket::normalize
     local value
     local back = idiv(tokens, rate)
@@ -226,7 +225,7 @@ if code == 2 then
         return corrupt('gcra value ' .. format('%q', v) .. ' is not "tat [seen [used]]"')
     end
     -- units <= 10^9 and the interval <= 10^6: the product is exact.
-    tat = max(now, sat(tat - units * ceil_div(SECOND, p1)))
+    tat = max(now, sat(tat - units * p1))
     local value = fmt(tat)
     if used > 0 then
         value = value .. ' ' .. fmt(seen) .. ' ' .. fmt(used)

@@ -3,6 +3,7 @@
 //! so `redis-benchmark ... EVALSHA <sha> "${args[@]}"` runs the same script work as a check
 //! (bench/redis-throughput.sh reads them with `mapfile`).
 
+use sluice_core::Rate;
 use sluice_core::batch::{Call, Item};
 use sluice_core::{Params, Remote};
 use sluice_store::redis::encode_check;
@@ -17,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         items: vec![Item {
             key: "sl:{bench|user=u1}:bucket".into(),
             params: Params::TokenBucket {
-                rate_per_s: 1_000_000,
+                rate: Rate::per_second(1_000_000),
                 burst: 1_000_000_000,
             },
             enforce: true,

@@ -522,7 +522,7 @@ mod tests {
     use sluice_core::algo::Window;
     use sluice_core::batch::Item;
     use sluice_core::hash::stable_hash;
-    use sluice_core::{Params, Remote};
+    use sluice_core::{Params, Rate, Remote};
 
     fn call(key: &str, now: Micros, params: Params) -> Call {
         Call {
@@ -724,7 +724,7 @@ mod tests {
             "sl:{a}:r",
             0,
             Params::Gcra {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 1,
             },
         ))
@@ -746,7 +746,7 @@ mod tests {
     fn a_give_back_meets_the_state_it_finds() {
         let s = MemoryStore::default();
         let gcra = Params::Gcra {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 5,
         };
         let mut c = call("sl:{a}:r", 0, gcra.clone());
@@ -791,7 +791,7 @@ mod tests {
         s.check_sync(&c).expect("ok");
         let wrong = GiveBack {
             params: Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 5,
             },
             ..g

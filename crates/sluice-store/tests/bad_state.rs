@@ -6,6 +6,7 @@ mod common;
 
 use common::cases::{T0, call, item};
 use sluice_core::Params;
+use sluice_core::Rate;
 use sluice_core::algo::Window;
 use sluice_core::batch::Item;
 use sluice_core::time::SECOND;
@@ -18,14 +19,14 @@ fn all_algorithms() -> Vec<(&'static str, Params)> {
         (
             "tb",
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 5,
             },
         ),
         (
             "gcra",
             Params::Gcra {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 5,
             },
         ),
@@ -193,7 +194,7 @@ async fn a_bad_key_in_one_rule_takes_from_none() {
     let good = item(
         "sl:{mix}:burst",
         Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 5,
         },
     );
@@ -232,7 +233,7 @@ async fn redis_error_replies_are_classified() {
         vec![item(
             "sl:{err}:tb",
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 5,
             },
         )],

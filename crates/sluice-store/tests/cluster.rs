@@ -10,6 +10,7 @@ mod common;
 
 use common::cases::{self, T0, call, check, item};
 use sluice_core::Params;
+use sluice_core::Rate;
 use sluice_core::algo::Window;
 use sluice_core::time::SECOND;
 use sluice_store::redis::{RedisClusterStore, RedisConfig, item_keys, key_slot};
@@ -45,14 +46,14 @@ fn every_algorithm(identity: &str) -> Vec<sluice_core::batch::Item> {
         item(
             &k("tb"),
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 1_000_000,
             },
         ),
         item(
             &k("gcra"),
             Params::Gcra {
-                rate_per_s: 1_000,
+                rate: Rate::per_second(1_000),
                 burst: 1_000,
             },
         ),

@@ -9,6 +9,7 @@ mod common;
 
 use common::cases::{self, T0, call, check, item};
 use sluice_core::Params;
+use sluice_core::Rate;
 use sluice_core::algo::Window;
 use sluice_core::batch::GiveBack;
 use sluice_core::time::SECOND;
@@ -52,6 +53,12 @@ macro_rules! suite {
             async fn burst_of_25_on_20_admits_20() {
                 let f = $fixture().await;
                 cases::burst_of_25_on_20(&*f.store, "").await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn ten_per_minute_admits_one_every_6_s() {
+                let f = $fixture().await;
+                cases::ten_per_minute(&*f.store, "").await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +149,7 @@ async fn redis_keys_expire_once_they_carry_nothing() {
     let tb = item(
         "sl:{ttl}:tb",
         Params::TokenBucket {
-            rate_per_s: 100,
+            rate: Rate::per_second(100),
             burst: 5,
         },
     );
@@ -239,7 +246,7 @@ async fn a_give_back_reports_corrupt_state_and_survives_noscript() {
     let g = GiveBack {
         key: "sl:{gb}:tb".into(),
         params: Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 10,
         },
         units: 3,
@@ -288,7 +295,7 @@ async fn noscript_is_reloaded_and_counted() {
         vec![item(
             "sl:{ns}:tb",
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 3,
             },
         )],
@@ -326,7 +333,7 @@ async fn a_stalled_redis_times_out_at_the_configured_deadline() {
         vec![item(
             "sl:{stall}:tb",
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 100,
             },
         )],
@@ -397,7 +404,7 @@ async fn down_at_start_and_bad_config() {
             vec![item(
                 "sl:{down}:tb",
                 Params::Gcra {
-                    rate_per_s: 1,
+                    rate: Rate::per_second(1),
                     burst: 1,
                 },
             )],

@@ -20,7 +20,7 @@ mod common;
 
 use common::{redis, sync_conn};
 use redis::Value;
-use sluice_core::algo::{Calendar, CalendarUnit, Window};
+use sluice_core::algo::{Calendar, CalendarUnit, Rate, Window};
 use sluice_core::batch::{Call, CallResult, GiveBack, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
@@ -63,21 +63,55 @@ fn small_or_big(rng: &mut Rng, small: u64, big: u64) -> u64 {
     }
 }
 
+/// A rate below one a second: a few per a minute, an hour, a day or any whole number of
+/// milliseconds up to two minutes (`10/1m`, `1/1h`, `7/1m`: units of their own per token).
+fn gen_slow_rate(rng: &mut Rng) -> Rate {
+    let per = match rng.range(0, 3) {
+        0 => 60 * SECOND,
+        1 => 3_600 * SECOND,
+        2 => 86_400 * SECOND,
+        _ => rng.range(1, 120_000) * MILLI,
+    };
+    Rate::new(small_or_big(rng, 30, 600), per).expect("a valid rate")
+}
+
+/// A burst the rate takes (`Rate::fits`, as rule validation checks it).
+fn gen_burst(rng: &mut Rng, rate: Rate, small: u64, big: u64) -> u64 {
+    loop {
+        let b = small_or_big(rng, small, big);
+        if rate.fits(b).is_ok() {
+            return b;
+        }
+    }
+}
+
 fn gen_params(rng: &mut Rng, alg: Alg) -> Params {
     match alg {
-        Alg::Tb => Params::TokenBucket {
+        Alg::Tb => {
             // Rates dividing 10^6 (most configured ones) store one integer; others don't.
-            rate_per_s: if rng.chance(0.4) {
-                [1, 2, 5, 10, 20, 25, 100, 1_000][rng.range(0, 7) as usize]
+            let rate = if rng.chance(0.3) {
+                gen_slow_rate(rng)
+            } else if rng.chance(0.4) {
+                Rate::per_second([1, 2, 5, 10, 20, 25, 100, 1_000][rng.range(0, 7) as usize])
             } else {
-                small_or_big(rng, 50, 1_000_000)
-            },
-            burst: small_or_big(rng, 30, 1_000_000),
-        },
-        Alg::Gcra => Params::Gcra {
-            rate_per_s: small_or_big(rng, 50, 100_000),
-            burst: small_or_big(rng, 30, 10_000),
-        },
+                Rate::per_second(small_or_big(rng, 50, 1_000_000))
+            };
+            Params::TokenBucket {
+                rate,
+                burst: gen_burst(rng, rate, 30, 1_000_000),
+            }
+        }
+        Alg::Gcra => {
+            let rate = if rng.chance(0.3) {
+                gen_slow_rate(rng)
+            } else {
+                Rate::per_second(small_or_big(rng, 50, 100_000))
+            };
+            Params::Gcra {
+                rate,
+                burst: gen_burst(rng, rate, 30, 10_000),
+            }
+        }
         Alg::Fw => Params::FixedWindow {
             limit: small_or_big(rng, 30, 1_000_000),
             window: Window::Epoch(small_or_big(rng, 5_000, 86_400_000) * MILLI),
@@ -614,6 +648,60 @@ fn load(conn: &mut redis::Connection, body: &str) -> String {
         .expect("SCRIPT LOAD")
 }
 
+/// `rate: 10/1m, burst: 10` on both buckets: ten at once, then one every 6 s exactly, the
+/// script answering and storing what the core does at every step (a microsecond early
+/// included).
+#[test]
+fn ten_per_minute_alike() {
+    let server = redis();
+    let (mut conn, sha) = script_loaded(&server);
+    let t0: Micros = 1_700_000_000 * SECOND;
+    let rate = Rate::new(10, 60 * SECOND).expect("10/1m");
+    let mut times = vec![t0; 11];
+    for k in 1..=5 {
+        times.extend([t0 + k * 6 * SECOND - 1, t0 + k * 6 * SECOND]);
+    }
+    for params in [
+        Params::TokenBucket { rate, burst: 10 },
+        Params::Gcra { rate, burst: 10 },
+    ] {
+        let key = format!("sl:{{minute}}:{:?}", params.kind());
+        let mut state: Option<State> = None;
+        let mut admitted = Vec::new();
+        for (i, now) in times.iter().copied().enumerate() {
+            let call = Call {
+                now,
+                cost: 1,
+                request_id: format!("r{i}"),
+                items: vec![Item {
+                    key: key.clone(),
+                    params: params.clone(),
+                    enforce: true,
+                    charge_rejected: false,
+                    remote: Remote::default(),
+                }],
+            };
+            let (want, writes) = apply(&call, std::slice::from_ref(&state));
+            let (got, _) = run_script(&mut conn, &sha, &call);
+            assert_eq!(got, want, "{key} step {i}");
+            if got.allowed {
+                admitted.push(now - t0);
+            }
+            match &writes[0] {
+                Write::Put(st, ttl) if *ttl > 0 => state = Some(st.clone()),
+                Write::Put(..) => state = None,
+                Write::Keep => {}
+            }
+            let (in_redis, in_core) =
+                stored_vs_model(&mut conn, &call.items[0], state.as_ref(), now);
+            assert_eq!(in_redis, in_core, "{key} step {i}");
+        }
+        let mut want = vec![0; 10];
+        want.extend((1..=5).map(|k| k * 6 * SECOND));
+        assert_eq!(admitted, want, "{key}");
+    }
+}
+
 /// A shared bucket's `used` stops at 2^53 − 1 alike (the sequences never get near it): Lua
 /// adds past 2^53 inexactly, and its `min` must still land on the same figure.
 #[test]
@@ -625,21 +713,21 @@ fn used_saturates_alike_near_2_pow_53() {
     for (i, (params, stored)) in [
         (
             Params::TokenBucket {
-                rate_per_s: 1_000_000_000,
+                rate: Rate::per_second(1_000_000_000),
                 burst: 1_000_000_000,
             },
             format!("0 {now} 0 {}", max - 3),
         ),
         (
             Params::Gcra {
-                rate_per_s: 1_000,
+                rate: Rate::per_second(1_000),
                 burst: 1_000_000_000,
             },
             format!("{now} 0 {}", max - 3),
         ),
         (
             Params::TokenBucket {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 1_000_000_000,
             },
             format!("0 {now} 0 {max}"),

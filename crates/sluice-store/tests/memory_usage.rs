@@ -10,6 +10,7 @@
 mod common;
 
 use common::cases::{T0, call, check, item};
+use sluice_core::Rate;
 use sluice_core::algo::{Calendar, CalendarUnit, Kind, Window};
 use sluice_core::batch::Item;
 use sluice_core::time::SECOND;
@@ -74,7 +75,7 @@ async fn memory_usage_per_key() {
             item(
                 &sluice_core::matching::store_key("k_8f2a", "burst", Kind::TokenBucket),
                 Params::TokenBucket {
-                    rate_per_s: 20,
+                    rate: Rate::per_second(20),
                     burst: 40,
                 },
             ),
@@ -85,7 +86,7 @@ async fn memory_usage_per_key() {
             item(
                 &key("pay-burst", Kind::TokenBucket),
                 Params::TokenBucket {
-                    rate_per_s: 20,
+                    rate: Rate::per_second(20),
                     burst: 40,
                 },
             ),
@@ -96,7 +97,7 @@ async fn memory_usage_per_key() {
             item(
                 &key("pay-gcra", Kind::Gcra),
                 Params::Gcra {
-                    rate_per_s: 20,
+                    rate: Rate::per_second(20),
                     burst: 40,
                 },
             ),
@@ -107,7 +108,7 @@ async fn memory_usage_per_key() {
             shared(item(
                 &key("pay-burs2", Kind::TokenBucket),
                 Params::TokenBucket {
-                    rate_per_s: 20,
+                    rate: Rate::per_second(20),
                     burst: 40,
                 },
             )),
@@ -118,7 +119,7 @@ async fn memory_usage_per_key() {
             shared(item(
                 &key("pay-gcr2", Kind::Gcra),
                 Params::Gcra {
-                    rate_per_s: 20,
+                    rate: Rate::per_second(20),
                     burst: 40,
                 },
             )),

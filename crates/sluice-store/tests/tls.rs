@@ -9,6 +9,7 @@ mod common;
 
 use common::cases::{self, T0, call, check, item};
 use sluice_core::Params;
+use sluice_core::Rate;
 use sluice_store::redis::{RedisConfig, RedisTlsConfig};
 use sluice_testkit::{ClusterOptions, RedisCluster, RedisServer, RedisTls, TestPki};
 use std::collections::BTreeSet;
@@ -26,7 +27,7 @@ fn trusting(pki: &TestPki) -> RedisTlsConfig {
 
 fn gcra() -> Params {
     Params::Gcra {
-        rate_per_s: 1,
+        rate: Rate::per_second(1),
         burst: 3,
     }
 }

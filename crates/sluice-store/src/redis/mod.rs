@@ -43,7 +43,7 @@ use script::{Script, classify, decode_release};
 use sluice_core::algo::Window;
 use sluice_core::batch::{Call, CallResult, GiveBack, Item};
 use sluice_core::time::SECOND;
-use sluice_core::{Micros, Params, Remote};
+use sluice_core::{Micros, Params, Rate, Remote};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -389,7 +389,7 @@ pub(crate) fn warm_up_calls(tag: &str, now: Micros) -> [Call; 2] {
     let bucket = item(
         "b",
         Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 1,
         },
     );
@@ -413,7 +413,7 @@ pub(crate) fn warm_up_give_back(tag: &str, now: Micros) -> GiveBack {
     GiveBack {
         key: format!("sl:{{{tag}}}:g"),
         params: Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 1,
         },
         units: 1,

@@ -176,9 +176,10 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
     for item in &call.items {
         push_item_keys(item, now, &mut keys);
         let (p1, p2, wstart, wend) = match &item.params {
-            Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
-                (*rate_per_s, *burst, 0, 0)
-            }
+            // The rate as the core counts it: units a µs and units a token (check.lua's
+            // argument format 2), the emission interval for GCRA.
+            Params::TokenBucket { rate, burst } => (rate.units(), *burst, rate.scale(), 0),
+            Params::Gcra { rate, burst } => (rate.interval(), *burst, 0, 0),
             Params::FixedWindow { limit, window } => {
                 let (s, e) = window.bounds(now);
                 (*limit, window.nominal(), s, e)
@@ -230,9 +231,8 @@ pub fn encode_give_back(g: &GiveBack) -> Result<ScriptCall, StoreError> {
     let now = exact("now", g.now)?;
     let taken_at = exact("taken_at", g.taken_at)?;
     let (p1, p2, wstart, wend, tstart) = match &g.params {
-        Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
-            (*rate_per_s, *burst, 0, 0, 0)
-        }
+        Params::TokenBucket { rate, burst } => (rate.units(), *burst, rate.scale(), 0, 0),
+        Params::Gcra { rate, burst } => (rate.interval(), *burst, 0, 0, 0),
         Params::FixedWindow { limit, window } => {
             let (s, e) = window.bounds(now);
             (*limit, window.nominal(), s, e, window.bounds(taken_at).0)
@@ -421,9 +421,9 @@ fn by_code(code: &str, detail: &str, text: &str, keys: &[String]) -> StoreError 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::Remote;
     use sluice_core::algo::Window;
     use sluice_core::time::SECOND;
+    use sluice_core::{Rate, Remote};
 
     fn item(params: Params) -> Item {
         Item {
@@ -454,7 +454,7 @@ mod tests {
         assert_eq!(k.len(), 2);
         assert!(k[1].ends_with(&(1_699_999_980 * SECOND).to_string()));
         let tb = item(Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 1,
         });
         assert_eq!(item_keys(&tb, now), vec!["sl:{d|k=v}:r".to_string()]);
@@ -498,14 +498,15 @@ mod tests {
         assert_eq!(encode_give_back(&sw).expect("encodable").keys.len(), 1);
         let tb = g(
             Params::TokenBucket {
-                rate_per_s: 5,
+                rate: Rate::per_second(5),
                 burst: 9,
             },
             now,
         );
         let enc = encode_give_back(&tb).expect("encodable");
         assert_eq!(enc.keys, vec!["sl:{d|k=v}:r".to_string()]);
-        assert_eq!(enc.args[0], "1 5 9 0 0");
+        // Units a µs, burst, units a token (format 2): 5/s is 5 micro-tokens a µs.
+        assert_eq!(enc.args[0], "1 5 9 1000000 0");
         // Refused, not sent: a log, too many units, a time Lua cannot hold.
         let log = g(
             Params::SlidingLog {
@@ -530,7 +531,7 @@ mod tests {
     #[test]
     fn numbers_beyond_lua_are_refused_not_rounded() {
         let mut it = item(Params::TokenBucket {
-            rate_per_s: 1,
+            rate: Rate::per_second(1),
             burst: 1,
         });
         it.remote.cur = 1 << 60;
@@ -550,7 +551,7 @@ mod tests {
             cost: 1,
             request_id: "r".into(),
             items: vec![item(Params::Gcra {
-                rate_per_s: 1,
+                rate: Rate::per_second(1),
                 burst: 1,
             })],
         };

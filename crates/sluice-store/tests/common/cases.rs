@@ -7,7 +7,7 @@
 
 #![allow(dead_code)]
 
-use sluice_core::algo::Window;
+use sluice_core::algo::{Rate, Window};
 use sluice_core::batch::{Call, CallResult, GiveBack, Item};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote};
@@ -48,7 +48,41 @@ pub async fn check(store: &dyn Store, c: &Call) -> CallResult {
 }
 
 fn tb(rate_per_s: u64, burst: u64) -> Params {
-    Params::TokenBucket { rate_per_s, burst }
+    Params::TokenBucket {
+        rate: Rate::per_second(rate_per_s),
+        burst,
+    }
+}
+
+/// `rate: 10/1m, burst: 10` (token bucket and GCRA) admits 10 at once, then one more every
+/// 6 s exactly: refused a microsecond before each, with `retry_after` counting to it.
+pub async fn ten_per_minute(store: &dyn Store, p: &str) {
+    let rate = Rate::new(10, 60 * SECOND).expect("10/1m");
+    for (name, params) in [
+        ("tb", Params::TokenBucket { rate, burst: 10 }),
+        ("gcra", Params::Gcra { rate, burst: 10 }),
+    ] {
+        let key = format!("sl:{{{p}minute}}:{name}");
+        let at = |now: Micros| call(now, 1, "r", vec![item(&key, params.clone())]);
+        for i in 0..10 {
+            let r = check(store, &at(T0)).await;
+            assert!(r.allowed, "{name} {}: request {i}", store.kind());
+            assert_eq!(r.outcomes[0].remaining, 9 - i);
+        }
+        let refused = check(store, &at(T0)).await;
+        assert!(!refused.allowed, "{name} {}", store.kind());
+        assert_eq!(refused.outcomes[0].retry_after, 6 * SECOND, "{name}");
+        assert_eq!(refused.outcomes[0].window, 60 * SECOND, "{name}");
+        for k in 1..=5 {
+            let due = T0 + k * 6 * SECOND;
+            let early = check(store, &at(due - 1)).await;
+            assert!(!early.allowed, "{name} {}: token {k} early", store.kind());
+            assert_eq!(early.outcomes[0].retry_after, 1, "{name}");
+            let on_time = check(store, &at(due)).await;
+            assert!(on_time.allowed, "{name} {}: token {k}", store.kind());
+            assert_eq!(on_time.outcomes[0].remaining, 0, "{name}");
+        }
+    }
 }
 
 /// A burst of 25 on a bucket of 20 admits exactly 20; the rest are told to wait one refill.
@@ -270,7 +304,7 @@ pub async fn expiry_with_time(store: &dyn Store, p: &str) {
 
     let g = format!("sl:{{{p}exp}}:gcra");
     let gp = Params::Gcra {
-        rate_per_s: 10,
+        rate: Rate::per_second(10),
         burst: 2,
     };
     let at = |t| call(t, 1, "r", vec![item(&g, gp.clone())]);
