@@ -49,6 +49,35 @@ pub enum Via {
     FailedClosed,
 }
 
+/// What a policy's quota counts: the draft's quota unit (`qu` in `RateLimit-Policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QuotaUnit {
+    /// Requests (units of cost) per window or at a rate: the draft's default, `qu` left out.
+    #[default]
+    Requests,
+    /// Requests in flight at once (a concurrency rule): a slot frees when a request ends, not
+    /// at a time, so a refusal may end before its `Retry-After`.
+    ConcurrentRequests,
+}
+
+impl QuotaUnit {
+    /// The draft's name: `requests` or `concurrent-requests`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaUnit::Requests => "requests",
+            QuotaUnit::ConcurrentRequests => "concurrent-requests",
+        }
+    }
+
+    /// The unit of a rule's numbers.
+    pub fn of(params: &Params) -> QuotaUnit {
+        match params {
+            Params::Concurrency { .. } => QuotaUnit::ConcurrentRequests,
+            _ => QuotaUnit::Requests,
+        }
+    }
+}
+
 /// One enforced policy's status, as reported and rendered into headers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyStatus {
@@ -70,6 +99,8 @@ pub struct PolicyStatus {
     pub headers: HeaderMode,
     /// How the verdict was reached.
     pub via: Via,
+    /// What the quota counts.
+    pub unit: QuotaUnit,
 }
 
 /// The answer to one check.
@@ -412,6 +443,7 @@ fn status(a: &Applied<'_>, outcome: Option<&Outcome>, via: Via) -> PolicyStatus 
             retry_after_ms: if closed { 1000 } else { 0 },
             headers: rule.headers,
             via,
+            unit: QuotaUnit::of(whole),
         };
     };
     let retry_after_ms = if o.allowed {
@@ -433,6 +465,7 @@ fn status(a: &Applied<'_>, outcome: Option<&Outcome>, via: Via) -> PolicyStatus 
         retry_after_ms,
         headers: rule.headers,
         via,
+        unit: QuotaUnit::of(whole),
     }
 }
 
@@ -450,7 +483,8 @@ fn bucket_rate(params: &Params) -> Option<(u64, u64)> {
 /// `RateLimit-Policy`'s `q` and `w` for a rule's numbers. A bucket advertises its sustained
 /// rate ([`bucket_rate`]: `q / w` is the refill rate), not its burst: the burst is what
 /// `RateLimit`'s `r` shows when the bucket is full. A window advertises its limit per window
-/// (a calendar month as 30 days), a concurrency rule its slots (and its slot timeout as `w`).
+/// (a calendar month as 30 days), a concurrency rule its slots (its `w`, the slot timeout, is
+/// not rendered: see [`headers_of`]).
 fn advertised(params: &Params) -> (u64, u64) {
     bucket_rate(params).unwrap_or_else(|| (params.limit(), ceil_secs(params.window()).max(1)))
 }
@@ -518,8 +552,28 @@ pub fn headers_of(d: &Decision, set: HeaderSet) -> Vec<(&'static str, String)> {
         let mut state = String::new();
         for (i, p) in visible().enumerate() {
             let sep = if i == 0 { "" } else { ", " };
-            let _ = write!(policy, "{sep}\"{}\";q={};w={}", p.id, p.limit, p.window_s);
-            let _ = write!(state, "{sep}\"{}\";r={};t={}", p.id, p.remaining, p.reset_s);
+            match p.unit {
+                QuotaUnit::Requests => {
+                    let _ = write!(policy, "{sep}\"{}\";q={};w={}", p.id, p.limit, p.window_s);
+                    let _ = write!(state, "{sep}\"{}\";r={};t={}", p.id, p.remaining, p.reset_s);
+                }
+                // Slots in flight have no window, and no time to "full": a slot frees when a
+                // request ends. `t` only on a refusal: the wait `Retry-After` gives (until a
+                // held slot expires at the latest).
+                QuotaUnit::ConcurrentRequests => {
+                    let _ = write!(
+                        policy,
+                        "{sep}\"{}\";q={};qu=\"{}\"",
+                        p.id,
+                        p.limit,
+                        p.unit.as_str()
+                    );
+                    let _ = write!(state, "{sep}\"{}\";r={}", p.id, p.remaining);
+                    if !p.allowed {
+                        let _ = write!(state, ";t={}", p.reset_s);
+                    }
+                }
+            }
         }
         out.push(("RateLimit-Policy", policy));
         out.push(("RateLimit", state));
@@ -735,6 +789,45 @@ rules:
         let big = check("b", 7);
         assert!(headers(&big).contains(&("Retry-After", "5".to_string())));
         assert_eq!(state(&big), "\"tb\";r=5;t=5, \"cell\";r=5;t=5");
+    }
+
+    #[test]
+    fn a_concurrency_rule_counts_concurrent_requests() {
+        let set = parse_yaml(
+            r#"
+domain: c
+rules:
+  - { id: inflight, key: [k], algorithm: concurrency, limit: 2, timeout: 30s }
+"#,
+        )
+        .expect("valid");
+        let dom = set.domain("c").expect("domain");
+        let mut states = Default::default();
+        let d = desc(&[("k", "a")]);
+        let mut check = |id: &str| {
+            let p = plan(dom, &d, 1_000 * SECOND, 1, id, |_| Remote::default());
+            p.decide(1, &run(&p, &mut states))
+        };
+        let first = check("r1");
+        let h = headers(&first);
+        let get =
+            |h: &[(&str, String)], k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+        assert_eq!(
+            get(&h, "RateLimit-Policy").as_deref(),
+            Some("\"inflight\";q=2;qu=\"concurrent-requests\"")
+        );
+        assert_eq!(get(&h, "RateLimit").as_deref(), Some("\"inflight\";r=1"));
+        assert_eq!(first.policies[0].unit, QuotaUnit::ConcurrentRequests);
+        check("r2");
+        let refused = check("r3");
+        assert!(!refused.allowed());
+        let h = headers(&refused);
+        // The slots were taken at the same instant: the wait is their timeout.
+        assert_eq!(get(&h, "Retry-After").as_deref(), Some("30"));
+        assert_eq!(
+            get(&h, "RateLimit").as_deref(),
+            Some("\"inflight\";r=0;t=30")
+        );
     }
 
     #[test]

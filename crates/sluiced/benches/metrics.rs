@@ -5,7 +5,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sluice_control::Published;
-use sluice_core::decision::{Code, Decision, PolicyStatus, Via};
+use sluice_core::decision::{Code, Decision, PolicyStatus, QuotaUnit, Via};
 use sluice_core::rules::{HeaderMode, parse_yaml};
 use sluiced::metrics::{Histogram, Metrics};
 use std::hint::black_box;
@@ -39,6 +39,7 @@ fn decision(dom: &sluice_core::rules::Domain) -> Decision {
             retry_after_ms: 0,
             headers: HeaderMode::Full,
             via: Via::Store,
+            unit: QuotaUnit::Requests,
         })
         .collect();
     Decision {

@@ -393,7 +393,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::decision::{Code, PolicyStatus};
+    use sluice_core::decision::{Code, PolicyStatus, QuotaUnit};
     use sluice_core::rules::{HeaderMode, parse_yaml};
 
     const TWO: &str = "domain: d
@@ -423,6 +423,7 @@ rules:
                 retry_after_ms: 0,
                 headers: HeaderMode::Full,
                 via,
+                unit: QuotaUnit::Requests,
             }],
             shadow_denied: Vec::new(),
             rules_version: 0,

@@ -261,7 +261,7 @@ pub(super) fn seconds(secs: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::decision::Via;
+    use sluice_core::decision::{QuotaUnit, Via};
     use std::sync::Arc;
 
     #[test]
@@ -276,6 +276,7 @@ mod tests {
             retry_after_ms: 0,
             headers: HeaderMode::Full,
             via: Via::Store,
+            unit: QuotaUnit::Requests,
         };
         let rl = |limit, w| {
             let r = rate_limit(&p(limit, w));

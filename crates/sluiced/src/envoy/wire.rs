@@ -155,7 +155,7 @@ mod tests {
     use super::*;
     use crate::envoy::UnavailableAs;
     use prost::Message as _;
-    use sluice_core::decision::{Code, HeaderSet, PolicyStatus, Via};
+    use sluice_core::decision::{Code, HeaderSet, PolicyStatus, QuotaUnit, Via};
     use sluice_core::rules::HeaderMode;
     use std::sync::Arc;
 
@@ -170,6 +170,7 @@ mod tests {
             retry_after_ms: 0,
             headers: HeaderMode::Full,
             via: Via::Store,
+            unit: QuotaUnit::Requests,
         }
     }
 
