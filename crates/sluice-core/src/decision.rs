@@ -103,6 +103,15 @@ pub struct PolicyStatus {
     pub unit: QuotaUnit,
 }
 
+impl PolicyStatus {
+    /// Whether the client may see this policy's figures (limit, window, remaining, reset):
+    /// never for a `retry_only` rule, on any API, which tells only the wait of its refusal
+    /// (the decision's `retry_after_ms`, `Retry-After`).
+    pub fn figures_visible(&self) -> bool {
+        self.headers == HeaderMode::Full
+    }
+}
+
 /// The answer to one check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
@@ -543,7 +552,7 @@ pub fn headers_of(d: &Decision, set: HeaderSet) -> Vec<(&'static str, String)> {
         let secs = ceil_secs(d.retry_after_ms * 1000).max(1);
         out.push(("Retry-After", decimal(secs)));
     }
-    let visible = || d.policies.iter().filter(|p| p.headers == HeaderMode::Full);
+    let visible = || d.policies.iter().filter(|p| p.figures_visible());
     if visible().next().is_none() {
         return out;
     }
@@ -607,7 +616,7 @@ pub fn problem_json(d: &Decision) -> String {
     let violated: Vec<&str> = d
         .policies
         .iter()
-        .filter(|p| !p.allowed && p.headers == HeaderMode::Full)
+        .filter(|p| !p.allowed && p.figures_visible())
         .map(|p| &*p.id)
         .collect();
     let (status, title, kind) = match d.code {

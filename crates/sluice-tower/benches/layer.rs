@@ -72,6 +72,7 @@ fn bench(c: &mut Criterion) {
             window_s: 60,
             remaining: 9,
             reset_s: 60,
+            ..Default::default()
         }],
         headers: [
             ("RateLimit-Policy", "\"burst\";q=10;w=60"),
@@ -130,6 +131,7 @@ fn bench(c: &mut Criterion) {
             window_s: 60,
             remaining: 0,
             reset_s: 60,
+            ..Default::default()
         }],
         headers: [
             ("RateLimit-Policy", "\"burst\";q=10;w=60"),

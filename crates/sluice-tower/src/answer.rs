@@ -136,6 +136,7 @@ mod tests {
             window_s: 60,
             remaining,
             reset_s: 5,
+            ..Default::default()
         }
     }
 

@@ -40,6 +40,7 @@ fn refused(retry_after_ms: u64, rule: &str) -> CheckResponse {
             window_s: 60,
             remaining: 0,
             reset_s: 2,
+            ..Default::default()
         }],
         headers: [
             ("RateLimit-Policy", format!("\"{rule}\";q=10;w=60")),

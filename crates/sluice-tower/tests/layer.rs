@@ -72,6 +72,7 @@ fn allowed(request_id: &str) -> CheckResponse {
             window_s: 60,
             remaining: 9,
             reset_s: 60,
+            ..Default::default()
         }],
         headers: rendered(&[
             ("RateLimit-Policy", "\"burst\";q=10;w=60"),
@@ -150,6 +151,7 @@ async fn over_the_limit_is_a_429_problem_document() {
                 window_s: 60,
                 remaining: 0,
                 reset_s: 2,
+                ..Default::default()
             },
             PolicyStatus {
                 id: "daily".into(),
@@ -157,6 +159,7 @@ async fn over_the_limit_is_a_429_problem_document() {
                 window_s: 86400,
                 remaining: 7,
                 reset_s: 900,
+                ..Default::default()
             },
         ],
         headers: rendered(&[
@@ -390,6 +393,7 @@ async fn only_the_named_concurrency_rules_are_released() {
         window_s: 60,
         remaining: 0,
         reset_s: 60,
+        ..Default::default()
     });
     let fake = FakeLimiter::answering(held);
     let layer = SluiceLayer::new(c, fake.clone());

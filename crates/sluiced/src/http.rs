@@ -17,7 +17,7 @@ use axum::{Extension, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use sluice_core::decision::headers;
+use sluice_core::decision::{PolicyStatus, headers};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -70,15 +70,25 @@ pub fn decision_json(c: &Checked) -> Value {
         "code": d.code.as_str(),
         "decided_by": d.decided_by.as_deref(),
         "retry_after_ms": d.retry_after_ms,
-        "policies": d.policies.iter().map(|p| json!({
-            "id": &*p.id, "limit": p.limit, "window_s": p.window_s,
-            "remaining": p.remaining, "reset_s": p.reset_s,
-        })).collect::<Vec<_>>(),
+        "policies": d.policies.iter().map(policy_json).collect::<Vec<_>>(),
         "rules_version": d.rules_version,
         "headers": hdrs,
         "shadow_denied": d.shadow_denied.iter().map(|s| &**s).collect::<Vec<_>>(),
         "request_id": c.request_id,
     })
+}
+
+/// One policy of [`decision_json`]: its figures, or for a `retry_only` rule its id alone
+/// (`"retry_only": true`): the wait is the decision's `retry_after_ms`.
+fn policy_json(p: &PolicyStatus) -> Value {
+    if p.figures_visible() {
+        json!({
+            "id": &*p.id, "limit": p.limit, "window_s": p.window_s,
+            "remaining": p.remaining, "reset_s": p.reset_s,
+        })
+    } else {
+        json!({ "id": &*p.id, "retry_only": true })
+    }
 }
 
 fn check_error(e: CheckError) -> Response {
@@ -259,7 +269,7 @@ pub fn router(engine: Arc<Engine>, guard: Arc<Guard>) -> Router {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::Engine;
     use crate::metrics::Metrics;
@@ -283,6 +293,52 @@ mod tests {
             "t".into(),
             Default::default(),
         )
+    }
+
+    /// A refusal by a `retry_only` rule (`otp`) next to a visible one (`burst`), as the
+    /// engine reports it: every figure present in the core.
+    pub(crate) fn retry_only_refusal() -> Checked {
+        use sluice_core::decision::{Code, Decision, QuotaUnit, Via};
+        use sluice_core::rules::HeaderMode;
+        let p = |id: &str, limit, window_s, remaining, reset_s, headers| PolicyStatus {
+            id: Arc::from(id),
+            limit,
+            window_s,
+            remaining,
+            reset_s,
+            allowed: remaining > 0,
+            retry_after_ms: if remaining > 0 { 0 } else { 60_000 },
+            headers,
+            via: Via::Store,
+            unit: QuotaUnit::Requests,
+        };
+        let mut d = Decision::unlimited(3);
+        d.code = Code::OverLimit;
+        d.decided_by = Some(Arc::from("otp"));
+        d.retry_after_ms = 60_000;
+        d.policies = vec![
+            p("burst", 10, 1, 7, 1, HeaderMode::Full),
+            p("otp", 5, 3600, 0, 60, HeaderMode::RetryOnly),
+        ];
+        Checked {
+            decision: d,
+            request_id: "r1".into(),
+        }
+    }
+
+    #[test]
+    fn a_retry_only_rule_shows_no_figures() {
+        let v = decision_json(&retry_only_refusal());
+        assert_eq!(v["decided_by"], "otp");
+        assert_eq!(v["retry_after_ms"], 60_000);
+        assert_eq!(v["policies"][1], json!({ "id": "otp", "retry_only": true }));
+        assert_eq!(
+            v["policies"][0],
+            json!({ "id": "burst", "limit": 10, "window_s": 1, "remaining": 7, "reset_s": 1 })
+        );
+        assert_eq!(v["headers"]["Retry-After"], "60");
+        let headers = v["headers"].to_string();
+        assert!(!headers.contains("otp"), "{headers}");
     }
 
     fn json_ish() -> impl Strategy<Value = String> {

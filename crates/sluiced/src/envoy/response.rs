@@ -4,7 +4,6 @@
 
 use super::{EnvoyConfig, UnavailableAs};
 use sluice_core::decision::{Code, Decision, PolicyStatus, headers_of, problem_json};
-use sluice_core::rules::HeaderMode;
 use sluice_proto::envoy::config::core::v3::HeaderValue;
 use sluice_proto::envoy::service::ratelimit::v3 as rls;
 use sluice_proto::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -205,7 +204,7 @@ pub(super) fn shown(d: &Decision) -> Shown<'_> {
         None => d
             .policies
             .iter()
-            .filter(|p| p.headers == HeaderMode::Full)
+            .filter(|p| p.figures_visible())
             .min_by(|a, b| {
                 a.remaining.cmp(&b.remaining).then(
                     (u128::from(a.remaining) * u128::from(b.limit))
@@ -215,7 +214,7 @@ pub(super) fn shown(d: &Decision) -> Shown<'_> {
     };
     match shown {
         None => Shown::Nothing,
-        Some(p) if p.headers == HeaderMode::RetryOnly => Shown::RetryOnly(p),
+        Some(p) if !p.figures_visible() => Shown::RetryOnly(p),
         Some(p) => Shown::Full(p),
     }
 }
@@ -262,6 +261,7 @@ pub(super) fn seconds(secs: u64) -> i64 {
 mod tests {
     use super::*;
     use sluice_core::decision::{QuotaUnit, Via};
+    use sluice_core::rules::HeaderMode;
     use std::sync::Arc;
 
     #[test]
