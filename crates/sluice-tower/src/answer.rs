@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use sluice_core::decision::problem_detail;
 use sluice_proto::sluice::v1::CheckResponse;
 
 /// The problem type of a 429 (RFC 9457; IANA's registered quota-exceeded type).
@@ -63,6 +64,14 @@ pub fn violated_policies(resp: &CheckResponse) -> Vec<String> {
     out
 }
 
+/// The refusing rule's title, when the daemon sent one.
+fn refusal_title(resp: &CheckResponse) -> Option<&str> {
+    resp.policies
+        .iter()
+        .find(|p| p.id == resp.decided_by && !p.title.is_empty())
+        .map(|p| p.title.as_str())
+}
+
 fn problem(status: StatusCode, body: serde_json::Value, retry_after: u64) -> Response<Bytes> {
     let mut resp = Response::new(Bytes::from(body.to_string()));
     *resp.status_mut() = status;
@@ -84,7 +93,7 @@ pub fn too_many_requests(resp: &CheckResponse) -> Response<Bytes> {
         "type": QUOTA_EXCEEDED,
         "title": "Too Many Requests",
         "status": 429,
-        "detail": format!("retry in {secs} s"),
+        "detail": problem_detail(refusal_title(resp), secs),
         "violated-policies": violated_policies(resp),
     });
     let mut out = problem(StatusCode::TOO_MANY_REQUESTS, body, secs);
@@ -147,6 +156,29 @@ mod tests {
         assert_eq!(retry_after_secs(1000), 1);
         assert_eq!(retry_after_secs(1001), 2);
         assert_eq!(retry_after_secs(59_999), 60);
+    }
+
+    #[test]
+    fn the_refusing_rules_title_explains_the_429() {
+        let mut resp = CheckResponse {
+            decided_by: "login".into(),
+            retry_after_ms: 59_001,
+            policies: vec![PolicyStatus {
+                id: "login".into(),
+                retry_only: true,
+                title: "Login attempts per account".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let body = |r: &CheckResponse| -> serde_json::Value {
+            serde_json::from_slice(too_many_requests(r).body()).expect("json")
+        };
+        let b = body(&resp);
+        assert_eq!(b["title"], "Too Many Requests");
+        assert_eq!(b["detail"], "Login attempts per account: retry in 60 s");
+        resp.policies[0].title.clear();
+        assert_eq!(body(&resp)["detail"], "retry in 60 s");
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn decision(dom: &sluice_core::rules::Domain) -> Decision {
             headers: HeaderMode::Full,
             via: Via::Store,
             unit: QuotaUnit::Requests,
+            title: None,
         })
         .collect();
     Decision {

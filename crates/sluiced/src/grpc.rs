@@ -40,6 +40,7 @@ pub fn check_response(c: Checked) -> pb::CheckResponse {
 fn policy_status(p: &PolicyStatus) -> pb::PolicyStatus {
     let mut out = pb::PolicyStatus {
         id: p.id.to_string(),
+        title: p.title.as_deref().unwrap_or_default().to_string(),
         ..Default::default()
     };
     if p.figures_visible() {

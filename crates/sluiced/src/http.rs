@@ -79,16 +79,21 @@ pub fn decision_json(c: &Checked) -> Value {
 }
 
 /// One policy of [`decision_json`]: its figures, or for a `retry_only` rule its id alone
-/// (`"retry_only": true`): the wait is the decision's `retry_after_ms`.
+/// (`"retry_only": true`): the wait is the decision's `retry_after_ms`. Its `title` when the
+/// rule has one.
 fn policy_json(p: &PolicyStatus) -> Value {
-    if p.figures_visible() {
+    let mut v = if p.figures_visible() {
         json!({
             "id": &*p.id, "limit": p.limit, "window_s": p.window_s,
             "remaining": p.remaining, "reset_s": p.reset_s,
         })
     } else {
         json!({ "id": &*p.id, "retry_only": true })
+    };
+    if let Some(t) = &p.title {
+        v["title"] = Value::String(t.to_string());
     }
+    v
 }
 
 fn check_error(e: CheckError) -> Response {
@@ -311,6 +316,7 @@ pub(crate) mod tests {
             headers,
             via: Via::Store,
             unit: QuotaUnit::Requests,
+            title: None,
         };
         let mut d = Decision::unlimited(3);
         d.code = Code::OverLimit;

@@ -424,6 +424,7 @@ rules:
                 headers: HeaderMode::Full,
                 via,
                 unit: QuotaUnit::Requests,
+                title: None,
             }],
             shadow_denied: Vec::new(),
             rules_version: 0,

@@ -89,6 +89,9 @@ pub struct Rule {
     pub rollout_pct: u8,
     /// What the client is told.
     pub headers: HeaderMode,
+    /// A short human sentence naming the limit ("Login attempts per account"), for the
+    /// problem body of a refusal ([`crate::decision::problem_json`]).
+    pub title: Option<Arc<str>>,
     /// Refused requests cost quota too.
     pub charge_rejected: bool,
     /// Share a global key once its local count passes this fraction of the limit (percent).

@@ -46,6 +46,10 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         f.bad("id", "must be 1 to 64 characters of A-Z a-z 0-9 _ . : -");
     }
     let group = f.string("group", false);
+    let title = f.string("title", false);
+    if let Some(m) = title.as_deref().and_then(title_problem) {
+        f.bad("title", m);
+    }
     let mut matchers = Vec::new();
     match f.take("match") {
         Some(Value::Object(m)) => {
@@ -247,11 +251,29 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         scope,
         rollout_pct,
         headers,
+        title: title.map(|t| Arc::from(t.as_str())),
         charge_rejected,
         share_threshold_pct,
         hot_keys: hot_keys?,
         source: v.clone(),
     })
+}
+
+/// The longest `title`, in characters: a sentence, not a paragraph.
+pub const MAX_TITLE_CHARS: usize = 120;
+
+/// What is wrong with a `title`, if anything: it is shown to clients in problem bodies, so
+/// it is a bounded single line of text.
+fn title_problem(t: &str) -> Option<String> {
+    if t.trim().is_empty() {
+        Some("must not be empty".into())
+    } else if t.chars().count() > MAX_TITLE_CHARS {
+        Some(format!("must be at most {MAX_TITLE_CHARS} characters"))
+    } else if t.chars().any(char::is_control) {
+        Some("must not hold control characters (newlines, tabs, ...)".into())
+    } else {
+        None
+    }
 }
 
 /// A rule's algorithm fields as read, each `None` when absent or already refused.
@@ -441,6 +463,33 @@ rules:
             assert!(
                 got.contains(&(want.0.to_string(), want.1.to_string())),
                 "missing {want:?} in {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_title_is_a_bounded_line_of_text() {
+        let rules = |title: &str| {
+            format!(
+                "domain: d\nrules:\n  - {{ id: r, key: [u], algorithm: fixed_window, limit: 5, window: 1m, title: {title} }}\n"
+            )
+        };
+        let set = parse_yaml(&rules("\"Login attempts per account\"")).expect("valid");
+        let r = &set.domain("d").expect("domain").rules[0];
+        assert_eq!(r.title.as_deref(), Some("Login attempts per account"));
+        let long = format!("\"{}\"", "x".repeat(121));
+        for (bad, why) in [
+            ("\"\"", "must not be empty"),
+            (long.as_str(), "at most 120"),
+            ("\"two\\nlines\"", "control characters"),
+            ("[a]", "expected a string"),
+        ] {
+            let err = parse_yaml(&rules(bad)).expect_err(bad);
+            assert!(
+                err.problems
+                    .iter()
+                    .any(|p| p.at == "r" && p.field == "title" && p.message.contains(why)),
+                "{bad}: {err}"
             );
         }
     }

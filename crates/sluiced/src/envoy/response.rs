@@ -277,6 +277,7 @@ mod tests {
             headers: HeaderMode::Full,
             via: Via::Store,
             unit: QuotaUnit::Requests,
+            title: None,
         };
         let rl = |limit, w| {
             let r = rate_limit(&p(limit, w));

@@ -168,6 +168,7 @@ impl RateLimitService {
             headers: HeaderMode::Full,
             charge_rejected: false,
             share_threshold_pct: 10,
+            title: None,
             hot_keys: sluice_core::hotkeys::HotKeys::default(),
             source: serde_json::Value::Null,
         };

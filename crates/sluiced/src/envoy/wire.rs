@@ -171,6 +171,7 @@ mod tests {
             headers: HeaderMode::Full,
             via: Via::Store,
             unit: QuotaUnit::Requests,
+            title: None,
         }
     }
 
