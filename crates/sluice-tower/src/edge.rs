@@ -13,7 +13,7 @@ use http::Response;
 use sluice_core::Micros;
 use sluice_core::edge::{EdgeGuard, EdgeVerdict};
 use sluice_core::time::MILLI;
-use sluice_proto::sluice::v1::{CheckResponse, Code};
+use sluice_proto::sluice::v1::{CheckResponse, Code, PolicyStatus, QuotaUnit};
 
 pub use sluice_core::edge::{EdgeConfig, FloodLimit};
 
@@ -26,7 +26,8 @@ use crate::config::ReleaseFor;
 pub struct EdgeOptions {
     /// What the core guard holds (refusal memory, flood limit, capacity).
     pub guard: EdgeConfig,
-    /// Rules whose refusals are never remembered: the domain's concurrency rules (a release
+    /// Rules whose refusals are never remembered besides concurrency rules (which the
+    /// daemon's answer marks, `quota_unit`, and which are never remembered anyway: a release
     /// frees a slot before any retry time). The ids of [`ReleaseFor::Rules`] count too.
     pub never_remember: HashSet<String>,
 }
@@ -140,9 +141,20 @@ impl Edge {
     }
 
     /// Remembers the daemon's refusal of `identity`, unless it may end early: not a refusal
-    /// (`UNAVAILABLE`), no wait, or a rule in `never_remember` among its violated policies.
+    /// (`UNAVAILABLE`), no wait, a concurrency rule among its violated policies (the answer
+    /// says so: a slot frees when a request ends, not at the retry time), or a rule in
+    /// `never_remember` among them.
     pub(crate) fn remember(&self, identity: String, resp: &CheckResponse) {
         if resp.allowed || resp.code != Code::OverLimit as i32 || resp.retry_after_ms == 0 {
+            return;
+        }
+        let violated = |p: &&PolicyStatus| p.id == resp.decided_by || p.remaining == 0;
+        if resp
+            .policies
+            .iter()
+            .filter(violated)
+            .any(|p| p.quota_unit == QuotaUnit::ConcurrentRequests as i32)
+        {
             return;
         }
         let named = std::iter::once(resp.decided_by.as_str()).chain(

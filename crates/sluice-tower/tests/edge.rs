@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use sluice_proto::sluice::v1::{CheckResponse, Code, PolicyStatus};
+use sluice_proto::sluice::v1::{CheckResponse, Code, PolicyStatus, QuotaUnit};
 use sluice_tower::{Config, FakeLimiter, FloodLimit, SluiceLayer};
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -86,6 +86,34 @@ fn checks_for(fake: &FakeLimiter, key: &str) -> usize {
         .iter()
         .filter(|c| c.descriptors.get("api_key").map(String::as_str) == Some(key))
         .count()
+}
+
+/// A concurrency refusal may end before its retry time (another request releases its slot):
+/// the answer marks the policy `concurrent-requests`, and the guard asks the limiter again
+/// with no `never_remember` configured.
+#[tokio::test(start_paused = true)]
+async fn a_concurrency_refusal_is_never_remembered() {
+    let fake = FakeLimiter::new(|_| {
+        let mut r = refused(30_000, "in-flight");
+        r.policies[0].quota_unit = QuotaUnit::ConcurrentRequests as i32;
+        Ok(r)
+    });
+    let layer = SluiceLayer::new(Config::new("api"), fake.clone());
+    for n in 1..=3 {
+        assert_eq!(send(&layer, "busy").await.0, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            checks_for(&fake, "busy"),
+            n,
+            "every request asks the limiter"
+        );
+    }
+    // The same refusal from a rate rule is remembered: one call for the next two.
+    let fake = FakeLimiter::new(|_| Ok(refused(30_000, "per-key")));
+    let layer = SluiceLayer::new(Config::new("api"), fake.clone());
+    for _ in 0..3 {
+        assert_eq!(send(&layer, "busy").await.0, StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(checks_for(&fake, "busy"), 1);
 }
 
 #[tokio::test(start_paused = true)]

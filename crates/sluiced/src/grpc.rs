@@ -1,7 +1,7 @@
 //! gRPC `sluice.v1.Limiter`: the same engine and the same fields as the HTTP form.
 
 use crate::engine::{CheckError, Checked, Engine};
-use sluice_core::decision::{Code, PolicyStatus, headers};
+use sluice_core::decision::{Code, PolicyStatus, QuotaUnit, headers};
 use sluice_proto::sluice::v1 as pb;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -41,6 +41,10 @@ fn policy_status(p: &PolicyStatus) -> pb::PolicyStatus {
     let mut out = pb::PolicyStatus {
         id: p.id.to_string(),
         title: p.title.as_deref().unwrap_or_default().to_string(),
+        quota_unit: match p.unit {
+            QuotaUnit::Requests => pb::QuotaUnit::Requests,
+            QuotaUnit::ConcurrentRequests => pb::QuotaUnit::ConcurrentRequests,
+        } as i32,
         ..Default::default()
     };
     if p.figures_visible() {
@@ -124,5 +128,18 @@ mod tests {
             "{:?}",
             r.headers
         );
+        assert_eq!(burst.quota_unit, pb::QuotaUnit::Requests as i32);
+    }
+
+    #[test]
+    fn a_concurrency_policy_says_its_unit() {
+        let mut c = retry_only_refusal();
+        c.decision.policies[0].unit = QuotaUnit::ConcurrentRequests;
+        let r = check_response(c);
+        assert_eq!(
+            r.policies[0].quota_unit,
+            pb::QuotaUnit::ConcurrentRequests as i32
+        );
+        assert_eq!(r.policies[1].quota_unit, pb::QuotaUnit::Requests as i32);
     }
 }

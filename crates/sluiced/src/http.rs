@@ -17,7 +17,7 @@ use axum::{Extension, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use sluice_core::decision::{PolicyStatus, headers};
+use sluice_core::decision::{PolicyStatus, QuotaUnit, headers};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -80,7 +80,8 @@ pub fn decision_json(c: &Checked) -> Value {
 
 /// One policy of [`decision_json`]: its figures, or for a `retry_only` rule its id alone
 /// (`"retry_only": true`): the wait is the decision's `retry_after_ms`. Its `title` when the
-/// rule has one.
+/// rule has one, and `quota_unit` when it is not `requests` (a concurrency rule's
+/// `concurrent-requests`).
 fn policy_json(p: &PolicyStatus) -> Value {
     let mut v = if p.figures_visible() {
         json!({
@@ -92,6 +93,9 @@ fn policy_json(p: &PolicyStatus) -> Value {
     };
     if let Some(t) = &p.title {
         v["title"] = Value::String(t.to_string());
+    }
+    if p.unit != QuotaUnit::Requests {
+        v["quota_unit"] = Value::String(p.unit.as_str().into());
     }
     v
 }
