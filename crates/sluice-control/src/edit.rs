@@ -259,7 +259,7 @@ pub fn apply(state: &State, edit: &Edit, past: Option<&State>) -> Result<State, 
         } => {
             let Some(obj) = body.as_object() else {
                 return Err(EditError::BadRequest(
-                    "the body must be an override: a JSON object with limit / rate_per_s / \
+                    "the body must be an override: a JSON object with limit / rate_per_s / rate / \
                      burst, or exempt: true"
                         .into(),
                 ));

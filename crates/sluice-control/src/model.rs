@@ -345,11 +345,16 @@ impl State {
     }
 }
 
-/// How a rule's numbers read to a person: `limit 100 per 1m`, `rate_per_s 20, burst 40`.
+/// How a rule's numbers read to a person: `limit 100 per 1m`, `rate_per_s 20, burst 40`,
+/// `rate 10/1m, burst 10`.
 pub fn describe(p: &Params) -> String {
     match p {
-        Params::TokenBucket { rate_per_s, burst } | Params::Gcra { rate_per_s, burst } => {
-            format!("rate_per_s {rate_per_s}, burst {burst}")
+        Params::TokenBucket { rate, burst } | Params::Gcra { rate, burst } => {
+            if rate.per() == sluice_core::time::SECOND {
+                format!("rate_per_s {}, burst {burst}", rate.tokens())
+            } else {
+                format!("rate {rate}, burst {burst}")
+            }
         }
         Params::Concurrency { limit, .. } => format!("{limit} concurrent"),
         other => format!("limit {} per {}", other.limit(), span(other.window())),

@@ -21,7 +21,6 @@ use crate::fx::FxMap;
 use sluice_core::algo::{self, Kind, Params, Remote, Request};
 use sluice_core::decision::Code;
 use sluice_core::hotkeys::Stats;
-use sluice_core::time::SECOND;
 use sluice_core::{Micros, State};
 use smallvec::SmallVec;
 
@@ -80,10 +79,10 @@ pub fn measure_window(params: &Params, now: Micros) -> (Micros, Micros, u64) {
             let (s, e) = aligned(*window);
             (s, e, *limit)
         }
-        Params::TokenBucket { rate_per_s, burst } => {
+        Params::TokenBucket { rate, burst } => {
             let len = params.window();
             let (s, e) = aligned(len);
-            (s, e, burst + rate_per_s * len / SECOND)
+            (s, e, burst + rate.tokens_in(len))
         }
         Params::Gcra { burst, .. } => {
             let (s, e) = aligned(params.window());
@@ -689,6 +688,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use sluice_core::algo::Window;
+    use sluice_core::time::SECOND;
 
     const MIN: Micros = 60 * SECOND;
 

@@ -386,8 +386,9 @@ fn rule_report(sc: &Scenario, m: &Metrics, i: usize) -> RuleReport {
 /// length.
 fn limit_per_s(p: &sluice_core::Params) -> f64 {
     match p {
-        sluice_core::Params::TokenBucket { rate_per_s, .. }
-        | sluice_core::Params::Gcra { rate_per_s, .. } => *rate_per_s as f64,
+        sluice_core::Params::TokenBucket { rate, .. } | sluice_core::Params::Gcra { rate, .. } => {
+            rate.per_second_f64()
+        }
         p => p.limit() as f64 / secs(p.window()).max(1e-9),
     }
 }

@@ -192,9 +192,12 @@ pub enum OverrideCmd {
         /// New limit (window and concurrency rules).
         #[arg(long)]
         limit: Option<u64>,
-        /// New rate (token bucket, GCRA).
-        #[arg(long)]
+        /// New rate per second (token bucket, GCRA).
+        #[arg(long, conflicts_with = "rate")]
         rate_per_s: Option<u64>,
+        /// New rate over any period, as rules write it: `10/1m`, `1/1h` (token bucket, GCRA).
+        #[arg(long)]
+        rate: Option<String>,
         /// New burst (token bucket, GCRA).
         #[arg(long)]
         burst: Option<u64>,

@@ -41,6 +41,7 @@ const RULE_ORDER: &[&str] = &[
     "key",
     "algorithm",
     "rate_per_s",
+    "rate",
     "burst",
     "limit",
     "window",
@@ -103,9 +104,13 @@ pub fn short(v: &Value) -> String {
     }
 }
 
-/// A rule's numbers in a few characters: `20/s burst 40`, `100/1m`, `5 concurrent`.
+/// A rule's numbers in a few characters: `20/s burst 40`, `10/1m burst 10`, `100/1m`,
+/// `5 concurrent`.
 pub fn numbers(rule: &Value) -> String {
     let g = |k: &str| rule.get(k).map(short);
+    if let (Some(r), Some(b)) = (g("rate"), g("burst")) {
+        return format!("{r} burst {b}");
+    }
     match (g("rate_per_s"), g("burst"), g("limit"), g("window")) {
         (Some(r), Some(b), _, _) => format!("{r}/s burst {b}"),
         (_, _, Some(l), Some(w)) => format!("{l}/{w}"),
@@ -213,6 +218,10 @@ mod tests {
 
     #[test]
     fn numbers_summarise() {
+        assert_eq!(
+            numbers(&json!({"rate": "10/1m", "burst": 10})),
+            "10/1m burst 10"
+        );
         assert_eq!(
             numbers(&json!({"rate_per_s": 20, "burst": 40})),
             "20/s burst 40"

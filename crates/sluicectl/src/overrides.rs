@@ -29,7 +29,7 @@ pub fn run(ctx: &Ctx, cmd: OverrideCmd) -> Result<()> {
                     let what = if b["exempt"].as_bool() == Some(true) {
                         "exempt".to_string()
                     } else {
-                        ["limit", "rate_per_s", "burst"]
+                        ["limit", "rate_per_s", "rate", "burst"]
                             .iter()
                             .filter_map(|k| b.get(*k).map(|x| format!("{k}={}", output::short(x))))
                             .collect::<Vec<_>>()
@@ -53,6 +53,7 @@ pub fn run(ctx: &Ctx, cmd: OverrideCmd) -> Result<()> {
             identity,
             limit,
             rate_per_s,
+            rate,
             burst,
             exempt,
             domain,
@@ -61,6 +62,10 @@ pub fn run(ctx: &Ctx, cmd: OverrideCmd) -> Result<()> {
             let mut body = serde_json::Map::new();
             if exempt {
                 body.insert("exempt".into(), json!(true));
+            }
+            // The server validates it (`10/1m`), as it does every number.
+            if let Some(r) = rate {
+                body.insert("rate".into(), json!(r));
             }
             for (k, v) in [
                 ("limit", limit),

@@ -299,6 +299,7 @@ pub async fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_core::Rate;
 
     #[test]
     fn config_validates() {
@@ -349,7 +350,7 @@ rules:
             rules: Published::new(set),
         };
         let whole = Params::TokenBucket {
-            rate_per_s: 10,
+            rate: Rate::per_second(10),
             burst: 100,
         };
         for part in 0..4 {
@@ -361,7 +362,7 @@ rules:
         assert_eq!(
             l.global_params("d|k=v|#1", "s"),
             Some(Params::TokenBucket {
-                rate_per_s: 3,
+                rate: Rate::per_second(3),
                 burst: 25
             })
         );
