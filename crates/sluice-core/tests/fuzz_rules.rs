@@ -38,6 +38,10 @@ fn scalar() -> impl Strategy<Value = Value> {
             Just("retry_only"),
             Just("closed"),
             Just("api_key"),
+            Just("10/1m"),
+            Just("1/1d"),
+            Just("7/1500ms"),
+            Just("1000000000/366d"),
             Just("")
         ]
         .prop_map(|s| json!(s)),
@@ -53,6 +57,7 @@ fn field() -> impl Strategy<Value = String> {
         Just("key"),
         Just("algorithm"),
         Just("rate_per_s"),
+        Just("rate"),
         Just("burst"),
         Just("limit"),
         Just("window"),

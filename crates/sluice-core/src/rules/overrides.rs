@@ -190,4 +190,32 @@ overrides:
             ]
         );
     }
+
+    #[test]
+    fn an_override_may_give_a_rate_over_any_period() {
+        let doc = |o: &str| {
+            format!(
+                "domain: api\nrules:\n  - {{ id: b, key: [k], algorithm: token_bucket, rate_per_s: 5, burst: 5 }}\noverrides:\n  - {{ identity: {{ k: a }}, rule: b, {o} }}\n"
+            )
+        };
+        let set = parse_yaml(&doc("rate: 10/1m")).expect("valid");
+        let o = &set.domain("api").expect("domain").overrides[0];
+        assert_eq!(
+            o.rate,
+            crate::algo::Rate::new(10, 60 * crate::time::SECOND).ok()
+        );
+        for (bad, field, why) in [
+            ("rate: 10/1m, rate_per_s: 3", "rate", "not both"),
+            ("rate: 10 per minute", "rate", "expected a rate like 10/1m"),
+            ("rate: 1/1d, burst: 1000000", "burst", "above 2^53"),
+        ] {
+            let err = parse_yaml(&doc(bad)).expect_err(bad);
+            assert!(
+                err.problems
+                    .iter()
+                    .any(|p| p.field == field && p.message.contains(why)),
+                "{bad}: {err}"
+            );
+        }
+    }
 }

@@ -495,6 +495,32 @@ rules:
     }
 
     #[test]
+    fn a_bucket_rate_is_a_count_over_a_duration() {
+        let doc = |f: &str| {
+            format!(
+                "domain: d\nrules:\n  - {{ id: r, key: [u], algorithm: gcra, burst: 3, {f} }}\n"
+            )
+        };
+        let set = parse_yaml(&doc("rate: 10/1m")).expect("valid");
+        let p = &set.domain("d").expect("domain").rules[0].params;
+        assert_eq!(p.window(), 18 * crate::time::SECOND, "3 at one per 6 s");
+        for (bad, why) in [
+            ("rate: 10", "expected a rate like 10/1m"),
+            ("rate: 10/1mo", "not months"),
+            ("rate: 0/1m", "greater than zero"),
+            ("rate: \"10/fortnight\"", "expected a rate like 10/1m"),
+        ] {
+            let err = parse_yaml(&doc(bad)).expect_err(bad);
+            assert!(
+                err.problems
+                    .iter()
+                    .any(|p| p.at == "r" && p.field == "rate" && p.message.contains(why)),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn a_bad_id_is_reported_at_the_rule_position() {
         // Found by the fuzzer: an empty id used to yield a problem located at "".
         let err = parse_yaml("domain: a\nrules:\n  - { id: \"\" }\n").expect_err("invalid");
