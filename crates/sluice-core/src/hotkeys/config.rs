@@ -257,12 +257,32 @@ pub(crate) fn block(
     ok.then_some(hk)
 }
 
-/// Why splitting `params` `of` ways leaves a sub-count with 0 of a number, or `None`.
+/// Why splitting `params` `of` ways leaves a sub-count with 0 of a number, or a bucket rate
+/// it cannot count exactly (a share of `7/1m` has units of its own: its burst must still fit
+/// 2^53 of them), or `None`.
 pub(crate) fn split_leaves_zero(params: &Params, of: u32) -> Option<String> {
-    let (name, v) = crate::hotkeys::split::numbers(params)
+    if let Some((name, v)) = crate::hotkeys::split::numbers(params)
         .into_iter()
-        .find(|&(_, v)| v < u64::from(of))?;
-    Some(format!(
-        "{of} sub-counts need {name} of at least {of}, got {v}: a sub-count would have 0"
-    ))
+        .find(|&(_, v)| v < u64::from(of))
+    {
+        return Some(format!(
+            "{of} sub-counts need {name} of at least {of}, got {v}: a sub-count would have 0"
+        ));
+    }
+    let (Params::TokenBucket { rate, burst } | Params::Gcra { rate, burst }) = params else {
+        return None;
+    };
+    (0..of)
+        .find_map(|part| {
+            let share = |v| crate::hotkeys::split::share(v, part, of);
+            match rate.with_tokens(share) {
+                Some(sub) => sub.fits(share(*burst)).err().map(|e| e.to_string()),
+                None => Some(format!(
+                    "{}/{} cannot be counted exactly",
+                    share(rate.tokens()),
+                    crate::time::Span::Fixed(rate.per())
+                )),
+            }
+        })
+        .map(|e| format!("a sub-count of {rate}: {e}"))
 }

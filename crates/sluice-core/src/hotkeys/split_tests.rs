@@ -61,6 +61,12 @@ fn validation_refuses_what_cannot_be_split() {
             "burst of at least 2, got 1",
         ),
         (
+            // 3/1m counts 2·10^7 units a token, fine for a burst of 4·10^8; its second half,
+            // 1/1m, counts 6·10^7, past 2^53 for half the burst.
+            "{ id: a, key: [k], algorithm: token_bucket, rate: 3/1m, burst: 400000000, hot_keys: { split: 2 } }",
+            "a sub-count of 3/1m: burst 200000000 at 1/1m",
+        ),
+        (
             "{ id: a, key: [k], algorithm: sliding_log, limit: 100, window: 1m, hot_keys: { split: 2 } }",
             "not defined for sliding_log: a sliding log is the exact algorithm",
         ),
