@@ -8,7 +8,9 @@
 //! prost-types either way.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when the script runs, not baked in when it is compiled: a target directory shared
+    // by several checkouts reuses one compiled script for all of them.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files = [
         "sluice/v1/limiter.proto",
         "envoy/service/ratelimit/v3/rls.proto",
