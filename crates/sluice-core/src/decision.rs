@@ -129,6 +129,10 @@ pub struct Decision {
     pub shadow_denied: Vec<Arc<str>>,
     /// Rules version that decided.
     pub rules_version: u64,
+    /// Whether the check took a concurrency slot (an enforced or shadow rule's, from the
+    /// store or a local bucket) that only a release gives back before its timeout: a gateway
+    /// sends a release exactly when this is set, not one per request.
+    pub holds_slot: bool,
 }
 
 impl Decision {
@@ -146,6 +150,7 @@ impl Decision {
             policies: Vec::new(),
             shadow_denied: Vec::new(),
             rules_version,
+            holds_slot: false,
         }
     }
 }
@@ -376,6 +381,7 @@ impl Plan<'_> {
         d.policies.reserve(self.applied.len());
         d.shadow_denied.clear();
         d.rules_version = rules_version;
+        d.holds_slot = false;
         let mut unavailable = false;
         // The longest wait so far and the index of its policy.
         let mut longest: Option<(u64, usize)> = None;
@@ -401,6 +407,9 @@ impl Plan<'_> {
                         }
                     },
                 };
+                d.holds_slot |= outcome.is_some_and(|o| {
+                    took_slot(a, &o, ans, pc.call.cost, rule.mode == Mode::Enforce)
+                });
                 if rule.mode == Mode::Shadow {
                     if outcome.is_some_and(|o| !o.allowed) {
                         d.shadow_denied.push(rule.id.clone());
@@ -432,6 +441,24 @@ impl Plan<'_> {
                 .map(|p| p.id.clone());
         }
     }
+}
+
+/// Whether a concurrency rule's outcome `o` left a slot taken, by the take rule of
+/// [`crate::batch::apply`]: when its call (the store's, or the local one that answered) was
+/// allowed, each rule that allowed took; when refused, only an enforced `charge_rejected`
+/// rule took. A peek (cost 0) takes nothing.
+fn took_slot(a: &Applied<'_>, o: &Outcome, ans: &Answer, cost: u64, enforce: bool) -> bool {
+    let call_allowed = match ans {
+        Answer::Done(r) => r.allowed,
+        Answer::Failed { local: Some(l) } => l.allowed,
+        Answer::Failed { local: None } => return false,
+    };
+    let charged = if call_allowed {
+        o.allowed
+    } else {
+        enforce && a.rule.charge_rejected
+    };
+    cost > 0 && charged && matches!(a.params.as_ref(), Params::Concurrency { .. })
 }
 
 /// The client-facing status of an applied rule: its advertised quota ([`advertised`]), what
@@ -857,6 +884,59 @@ rules:
             get(&h, "RateLimit").as_deref(),
             Some("\"inflight\";r=0;t=30")
         );
+    }
+
+    #[test]
+    fn a_decision_holds_a_slot_only_when_a_concurrency_rule_took_one() {
+        let set = parse_yaml(
+            r#"
+domain: c
+rules:
+  - { id: inflight, key: [k], algorithm: concurrency, limit: 1, timeout: 30s }
+  - { id: quota, key: [k], algorithm: fixed_window, limit: 3, window: 1m }
+---
+domain: s
+rules:
+  - { id: watched, key: [k], algorithm: concurrency, limit: 1, timeout: 30s, mode: shadow }
+---
+domain: w
+rules:
+  - { id: quota, key: [k], algorithm: fixed_window, limit: 5, window: 1m }
+"#,
+        )
+        .expect("valid");
+        let mut states = Default::default();
+        let mut check = |domain: &str, key: &str, cost: u64, id: &str| {
+            let dom = set.domain(domain).expect("domain");
+            let d = desc(&[("k", key)]);
+            let p = plan(dom, &d, 1_000 * SECOND, cost, id, |_| Remote::default());
+            p.decide(1, &run(&p, &mut states))
+        };
+        // No concurrency rule: nothing to release.
+        assert!(!check("w", "a", 1, "r0").holds_slot);
+        // An enforced rule's admitted request holds its slot; a refusal holds none.
+        let first = check("c", "a", 1, "r1");
+        assert!(first.allowed() && first.holds_slot);
+        let refused = check("c", "a", 1, "r2");
+        assert!(!refused.allowed() && !refused.holds_slot);
+        // A peek takes nothing.
+        assert!(!check("c", "b", 0, "r3").holds_slot);
+        // A slot free but the identity's quota spent: the refusal takes no slot either.
+        // (A repeated id renews its own slot, so only the quota fills.)
+        for _ in 0..3 {
+            let d = check("c", "b", 1, "r4");
+            assert!(d.allowed() && d.holds_slot);
+        }
+        let over = check("c", "b", 1, "r4");
+        assert_eq!(over.decided_by.as_deref(), Some("quota"));
+        assert!(!over.holds_slot);
+        // A shadow rule counts as if enforced: it takes a slot the answer's policies do not
+        // name, and takes none once it would have refused.
+        let shadow = check("s", "a", 1, "r8");
+        assert!(shadow.policies.is_empty() && shadow.holds_slot);
+        let shadow_full = check("s", "a", 1, "r9");
+        assert!(shadow_full.allowed() && !shadow_full.holds_slot);
+        assert_eq!(shadow_full.shadow_denied.len(), 1);
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn decision(dom: &sluice_core::rules::Domain) -> Decision {
         policies,
         shadow_denied: Vec::new(),
         rules_version: 0,
+        holds_slot: false,
     }
 }
 

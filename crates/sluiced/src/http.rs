@@ -75,6 +75,7 @@ pub fn decision_json(c: &Checked) -> Value {
         "headers": hdrs,
         "shadow_denied": d.shadow_denied.iter().map(|s| &**s).collect::<Vec<_>>(),
         "request_id": c.request_id,
+        "release": d.holds_slot,
     })
 }
 
@@ -289,10 +290,13 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     fn engine() -> Engine {
-        let rules = parse_yaml(
+        engine_of(
             "domain: d\nrules:\n  - { id: a, key: [k], algorithm: token_bucket, rate_per_s: 5, burst: 5 }\n",
         )
-        .expect("valid");
+    }
+
+    fn engine_of(yaml: &str) -> Engine {
+        let rules = parse_yaml(yaml).expect("valid");
         Engine::new(
             Published::new(rules),
             Arc::new(MemoryStore::default()),
@@ -349,6 +353,32 @@ pub(crate) mod tests {
         assert_eq!(v["headers"]["Retry-After"], "60");
         let headers = v["headers"].to_string();
         assert!(!headers.contains("otp"), "{headers}");
+    }
+
+    #[test]
+    fn the_answer_says_when_a_slot_needs_a_release() {
+        let e = engine_of(
+            "domain: d\nrules:\n  - { id: a, key: [k], algorithm: token_bucket, rate_per_s: 5, burst: 5 }\n  - { id: c, key: [c], algorithm: concurrency, limit: 1, mode: shadow }\n",
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let check = |k: &str| {
+            let c = rt
+                .block_on(e.check("d", vec![(k.to_string(), "x".to_string())], 1))
+                .expect("decided");
+            (
+                decision_json(&c)["release"].clone(),
+                crate::grpc::check_response(c).release,
+            )
+        };
+        // No concurrency rule applies: nothing to release.
+        assert_eq!(check("k"), (json!(false), false));
+        // A shadow concurrency rule, not among the policies, took the slot...
+        assert_eq!(check("c"), (json!(true), true));
+        // ...and a check it would have refused took none.
+        assert_eq!(check("c"), (json!(false), false));
     }
 
     fn json_ish() -> impl Strategy<Value = String> {

@@ -428,6 +428,7 @@ rules:
             }],
             shadow_denied: Vec::new(),
             rules_version: 0,
+            holds_slot: false,
         }
     }
 
