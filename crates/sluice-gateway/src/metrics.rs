@@ -1,10 +1,10 @@
 //! The gateway's own `/metrics`: what the layer decided, upstream failures, and how long the
 //! limiter took.
 //!
-//! The workspace's Prometheus renderers live inside `sluiced` and `sluice-gossip`, for their
-//! own series; this is the few lines the gateway needs, not a shared renderer.
+//! The series are the gateway's own; the text format is written by `sluice-metrics`, the
+//! workspace's one writer.
 
-use std::fmt::Write as _;
+use sluice_metrics::{self as prom, Counts, Kind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -50,7 +50,13 @@ impl Metrics {
     /// The Prometheus text exposition of these counters and the layer's `stats`.
     pub fn render(&self, stats: &Stats) -> String {
         let mut out = String::new();
-        out.push_str("# HELP sluice_gateway_requests_total Requests by what the gateway did with them.\n# TYPE sluice_gateway_requests_total counter\n");
+        let requests = "sluice_gateway_requests_total";
+        prom::header(
+            &mut out,
+            requests,
+            "Requests by what the gateway did with them.",
+            Kind::Counter,
+        );
         for (outcome, v) in [
             ("forwarded", stats.allowed()),
             ("over_limit", stats.over_limit()),
@@ -58,32 +64,29 @@ impl Metrics {
             ("failed_open", stats.failed_open()),
             ("failed_closed", stats.failed_closed()),
         ] {
-            let _ = writeln!(
-                out,
-                "sluice_gateway_requests_total{{outcome=\"{outcome}\"}} {v}"
-            );
+            prom::sample(&mut out, requests, &[("outcome", outcome)], v);
         }
-        let _ = writeln!(
-            out,
-            "# HELP sluice_gateway_upstream_errors_total Upstream calls that failed (answered 502).\n# TYPE sluice_gateway_upstream_errors_total counter\nsluice_gateway_upstream_errors_total {}",
-            self.upstream_errors.load(Ordering::Relaxed)
+        prom::counter(
+            &mut out,
+            "sluice_gateway_upstream_errors_total",
+            "Upstream calls that failed (answered 502).",
+            self.upstream_errors.load(Ordering::Relaxed),
         );
-        out.push_str("# HELP sluice_gateway_check_duration_seconds Time of one check with sluiced, answered or not.\n# TYPE sluice_gateway_check_duration_seconds histogram\n");
+        let latency = "sluice_gateway_check_duration_seconds";
+        prom::header(
+            &mut out,
+            latency,
+            "Time of one check with sluiced, answered or not.",
+            Kind::Histogram,
+        );
         let l = &self.check_latency;
-        let mut cumulative = 0;
-        for (b, c) in BUCKETS.iter().zip(&l.buckets) {
-            cumulative += c.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "sluice_gateway_check_duration_seconds_bucket{{le=\"{b}\"}} {cumulative}"
-            );
+        prom::Histogram {
+            bounds: &BUCKETS,
+            counts: Counts::PerBucket(&l.buckets.each_ref().map(|c| c.load(Ordering::Relaxed))),
+            count: l.count.load(Ordering::Relaxed),
+            sum: l.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
         }
-        let count = l.count.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "sluice_gateway_check_duration_seconds_bucket{{le=\"+Inf\"}} {count}\nsluice_gateway_check_duration_seconds_sum {}\nsluice_gateway_check_duration_seconds_count {count}",
-            l.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
-        );
+        .write(&mut out, latency, &[]);
         out
     }
 }
@@ -128,5 +131,43 @@ mod tests {
         assert!(text.contains("sluice_gateway_check_duration_seconds_bucket{le=\"0.005\"} 2\n"));
         assert!(text.contains("sluice_gateway_check_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
         assert!(text.contains("sluice_gateway_requests_total{outcome=\"failed_open\"} 0\n"));
+    }
+
+    /// The whole exposition, byte for byte: what scrapers and dashboards were built on.
+    #[test]
+    fn renders_the_same_text() {
+        let m = Metrics::default();
+        m.check_latency.record(0.0002);
+        m.check_latency.record(0.004);
+        m.check_latency.record(1.0);
+        m.upstream_errors.fetch_add(2, Ordering::Relaxed);
+        let expected = "\
+# HELP sluice_gateway_requests_total Requests by what the gateway did with them.\n\
+# TYPE sluice_gateway_requests_total counter\n\
+sluice_gateway_requests_total{outcome=\"forwarded\"} 0\n\
+sluice_gateway_requests_total{outcome=\"over_limit\"} 0\n\
+sluice_gateway_requests_total{outcome=\"unavailable\"} 0\n\
+sluice_gateway_requests_total{outcome=\"failed_open\"} 0\n\
+sluice_gateway_requests_total{outcome=\"failed_closed\"} 0\n\
+# HELP sluice_gateway_upstream_errors_total Upstream calls that failed (answered 502).\n\
+# TYPE sluice_gateway_upstream_errors_total counter\n\
+sluice_gateway_upstream_errors_total 2\n\
+# HELP sluice_gateway_check_duration_seconds Time of one check with sluiced, answered or not.\n\
+# TYPE sluice_gateway_check_duration_seconds histogram\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.0001\"} 0\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.00025\"} 1\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.0005\"} 1\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.001\"} 1\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.002\"} 1\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.003\"} 1\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.005\"} 2\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.01\"} 2\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.05\"} 2\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"0.25\"} 2\n\
+sluice_gateway_check_duration_seconds_bucket{le=\"+Inf\"} 3\n\
+sluice_gateway_check_duration_seconds_sum 1.0042\n\
+sluice_gateway_check_duration_seconds_count 3\n\
+";
+        assert_eq!(m.render(&Stats::default()), expected);
     }
 }
