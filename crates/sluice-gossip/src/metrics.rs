@@ -4,7 +4,7 @@
 
 use crate::wire::Reject;
 use sluice_core::merge::Merged;
-use std::fmt::Write as _;
+use sluice_metrics::{self as prom, Counts, Kind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Upper bounds (ms) of the lag histogram: from a packet's send time to its merge.
@@ -160,158 +160,151 @@ impl GossipMetrics {
     /// Prometheus text for every counter plus `g`.
     pub fn render(&self, out: &mut String, g: &Gauges) {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
-        };
-        let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_figures_shipped_total",
             "Busy global figures this daemon shipped (once per figure, whatever the receivers).",
             load(&self.figures_shipped),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_figures_deferred_total",
             "Busy changed figures left for a later interval by the per-interval budget.",
             load(&self.figures_deferred),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_figures_quiet_total",
             "Changed figures not shipped because they are under the share threshold.",
             load(&self.figures_quiet),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_figures_skipped_total",
             "Figures that could not be packed (not a store key, or larger than a datagram).",
             load(&self.figures_skipped),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_shipments_total",
             "Intervals in which this daemon shipped figures.",
             load(&self.shipments),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_packets_sent_total",
             "Counts datagrams sent (one per packet per receiver).",
             load(&self.packets_sent),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_bytes_sent_total",
             "Bytes of counts datagrams sent.",
             load(&self.bytes_sent),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_send_errors_total",
             "Counts datagrams the socket refused.",
             load(&self.send_errors),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_frames_received_total",
             "Datagrams received on the gossip port (membership and counts, good or not).",
             load(&self.frames_received),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_bytes_received_total",
             "Bytes received on the gossip port.",
             load(&self.bytes_received),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_packets_accepted_total",
             "Counts packets authenticated, decoded and merged.",
             load(&self.packets_accepted),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_membership_oversize_total",
             "Membership messages too large to frame (hundreds of daemons).",
             load(&self.membership_oversize),
         );
-        counter(
+        prom::counter(
             out,
             "sluice_gossip_relay_full_total",
             "Membership messages dropped because the relay table is at its bound.",
             load(&self.relay_full),
         );
-        out.push_str("# HELP sluice_gossip_frames_rejected_total Frames and packets dropped, by reason.\n# TYPE sluice_gossip_frames_rejected_total counter\n");
-        for r in Reject::ALL {
-            let _ = writeln!(
-                out,
-                "sluice_gossip_frames_rejected_total{{reason=\"{}\"}} {}",
-                r.label(),
-                load(&self.rejected[r.index()])
-            );
-        }
-        out.push_str("# HELP sluice_gossip_figures_received_total Received figures, by what merging them did.\n# TYPE sluice_gossip_figures_received_total counter\n");
-        for (label, c) in RESULTS.iter().zip(&self.figures_received) {
-            let _ = writeln!(
-                out,
-                "sluice_gossip_figures_received_total{{result=\"{label}\"}} {}",
-                load(c)
-            );
-        }
-        out.push_str("# HELP sluice_gossip_lag_seconds From a counts packet's send time (sender's clock) to its merge.\n# TYPE sluice_gossip_lag_seconds histogram\n");
-        for (b, c) in LAG_BUCKETS_MS.iter().zip(&self.lag) {
-            let _ = writeln!(
-                out,
-                "sluice_gossip_lag_seconds_bucket{{le=\"{}\"}} {}",
-                *b as f64 / 1000.0,
-                load(c)
-            );
-        }
-        let n = load(&self.lag_count);
-        let _ = writeln!(out, "sluice_gossip_lag_seconds_bucket{{le=\"+Inf\"}} {n}");
-        let _ = writeln!(
+        let rejected = "sluice_gossip_frames_rejected_total";
+        prom::header(
             out,
-            "sluice_gossip_lag_seconds_sum {}",
-            load(&self.lag_sum_ms) as f64 / 1000.0
+            rejected,
+            "Frames and packets dropped, by reason.",
+            Kind::Counter,
         );
-        let _ = writeln!(out, "sluice_gossip_lag_seconds_count {n}");
-        gauge(
+        for r in Reject::ALL {
+            let v = load(&self.rejected[r.index()]);
+            prom::sample(out, rejected, &[("reason", r.label())], v);
+        }
+        let received = "sluice_gossip_figures_received_total";
+        prom::header(
+            out,
+            received,
+            "Received figures, by what merging them did.",
+            Kind::Counter,
+        );
+        for (label, c) in RESULTS.iter().zip(&self.figures_received) {
+            prom::sample(out, received, &[("result", label)], load(c));
+        }
+        let lag = "sluice_gossip_lag_seconds";
+        prom::header(
+            out,
+            lag,
+            "From a counts packet's send time (sender's clock) to its merge.",
+            Kind::Histogram,
+        );
+        // `lag` counts each observation in every bucket at or above it.
+        prom::Histogram {
+            bounds: &LAG_BUCKETS_MS.map(|b| b as f64 / 1000.0),
+            counts: Counts::Cumulative(&self.lag.each_ref().map(load)),
+            count: load(&self.lag_count),
+            sum: load(&self.lag_sum_ms) as f64 / 1000.0,
+        }
+        .write(out, lag, &[]);
+        prom::gauge(
             out,
             "sluice_gossip_remote_keys",
             "Global keys with figures from other regions held by this daemon.",
             g.remote_keys,
         );
-        gauge(
+        prom::gauge(
             out,
             "sluice_gossip_remote_slots",
             "(region, key, window) figures held from other regions.",
             g.remote_slots,
         );
-        gauge(
+        prom::gauge(
             out,
             "sluice_gossip_local_figures",
             "(key, window) figures of this region tracked for shipping.",
             g.local_figures,
         );
-        gauge(
+        prom::gauge(
             out,
             "sluice_gossip_live_nodes",
             "Live gossip members, this daemon included.",
             g.live_nodes,
         );
-        gauge(
+        prom::gauge(
             out,
             "sluice_gossip_live_regions",
             "Regions with a live member, this one included.",
             g.live_regions,
         );
-        gauge(
+        prom::gauge(
             out,
             "sluice_gossip_shipping",
             "1 when this daemon ships its region's figures.",
@@ -351,5 +344,29 @@ mod tests {
         assert!(out.contains("sluice_gossip_remote_keys 3"));
         assert!(out.contains("sluice_gossip_shipping 1"));
         assert_eq!(m.merged(), 1);
+    }
+
+    /// The whole exposition, byte for byte (`testdata/metrics.prom`): what scrapers and
+    /// dashboards were built on.
+    #[test]
+    fn renders_the_same_text() {
+        let m = GossipMetrics::default();
+        m.reject(Reject::BadTag);
+        m.figure(Merged::New);
+        m.unknown_rule();
+        m.lag(30);
+        m.lag(3);
+        m.lag(7000);
+        m.shipment(5, 2, 1, 0);
+        m.sent(100);
+        let mut out = String::new();
+        let g = Gauges {
+            remote_keys: 3,
+            shipping: true,
+            live_nodes: 2,
+            ..Gauges::default()
+        };
+        m.render(&mut out, &g);
+        assert_eq!(out, include_str!("../testdata/metrics.prom"));
     }
 }
