@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderName};
+use sluice_proto::sluice::v1::CheckResponse;
 
 use crate::edge::EdgeOptions;
 use crate::ip::Cidr;
@@ -24,12 +25,18 @@ pub enum FailureMode {
 
 /// Which allowed requests the layer sends a `Release` for when their response is done.
 ///
-/// The daemon stamps every check with a `request_id`, concurrency rule or not, so releasing on
-/// every id costs a second call per request where no concurrency rule applies.
+/// The daemon stamps every check with a `request_id`, concurrency rule or not, and says in
+/// the answer's `release` whether the check took a slot (a shadow rule's too, which the
+/// answer's `policies` leave out).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ReleaseFor {
-    /// Every allowed request with a `request_id`: never leaks a slot, whatever the rules.
+    /// Those whose answer says a slot was taken (`release`): one call per request where no
+    /// concurrency rule took a slot. A daemon older than the field never says so, and its
+    /// slots are held to their `timeout`: use [`ReleaseFor::AnyRequestId`] with one.
     #[default]
+    SlotTaken,
+    /// Every allowed request with a `request_id`: never leaks a slot, whatever the rules or
+    /// the daemon's version, at a second call per request.
     AnyRequestId,
     /// Only when the decision names one of these rules (the domain's concurrency rules): one
     /// call per request elsewhere. A concurrency rule missing from the set holds its slots to
@@ -38,11 +45,12 @@ pub enum ReleaseFor {
 }
 
 impl ReleaseFor {
-    /// Whether a decision naming `policies` is released.
-    pub fn wants<'a>(&self, mut policies: impl Iterator<Item = &'a str>) -> bool {
+    /// Whether an allowed answer with a `request_id` is released.
+    pub fn wants(&self, answer: &CheckResponse) -> bool {
         match self {
+            ReleaseFor::SlotTaken => answer.release,
             ReleaseFor::AnyRequestId => true,
-            ReleaseFor::Rules(ids) => policies.any(|p| ids.contains(p)),
+            ReleaseFor::Rules(ids) => answer.policies.iter().any(|p| ids.contains(&p.id)),
         }
     }
 }
@@ -87,8 +95,8 @@ pub struct Config {
 
 impl Config {
     /// A configuration for `domain`: no templates (every route `METHOD *`), API key from
-    /// `Authorization: Bearer`, no tier, no trusted proxies, failing open, releasing every
-    /// `request_id`, remembering refusals, no flood bucket.
+    /// `Authorization: Bearer`, no tier, no trusted proxies, failing open, releasing the
+    /// checks that took a slot, remembering refusals, no flood bucket.
     pub fn new(domain: impl Into<String>) -> Self {
         Config {
             domain: domain.into(),
@@ -99,7 +107,7 @@ impl Config {
             trusted_proxies: Vec::new(),
             peer: socket_addr_extension,
             failure: FailureMode::Open,
-            release: ReleaseFor::AnyRequestId,
+            release: ReleaseFor::SlotTaken,
             edge: EdgeOptions::default(),
         }
     }

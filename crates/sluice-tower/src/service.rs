@@ -251,13 +251,7 @@ where
             // Armed before the upstream call: a dropped call or an upstream error releases too.
             let guard = decision
                 .as_ref()
-                .filter(|d| {
-                    !d.request_id.is_empty()
-                        && shared
-                            .config
-                            .release
-                            .wants(d.policies.iter().map(|p| p.id.as_str()))
-                })
+                .filter(|d| !d.request_id.is_empty() && shared.config.release.wants(d))
                 .map(|d| {
                     ReleaseGuard::new(
                         shared.limiter.clone(),

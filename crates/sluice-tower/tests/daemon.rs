@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use sluice_testkit::SluicedOnRules;
-use sluice_tower::{Config, FailureMode, GrpcLimiter, ReleaseFor, Routes, SluiceLayer};
+use sluice_tower::{Config, FailureMode, GrpcLimiter, Routes, SluiceLayer};
 use tower::{Layer, ServiceExt, service_fn};
 
 const RULES: &str = r#"
@@ -28,7 +28,6 @@ fn layer(daemon: &SluicedOnRules) -> SluiceLayer {
     let mut config = Config::new("gw");
     config.routes = Routes::new(["/v1/users/{id}", "/v1/slow"], "*").expect("valid templates");
     config.failure = FailureMode::Closed;
-    config.release = ReleaseFor::Rules(["in-flight".to_string()].into());
     SluiceLayer::new(config, limiter)
 }
 

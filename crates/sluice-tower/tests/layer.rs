@@ -83,6 +83,14 @@ fn allowed(request_id: &str) -> CheckResponse {
     }
 }
 
+/// An allowed answer whose check took a concurrency slot.
+fn holding(request_id: &str) -> CheckResponse {
+    CheckResponse {
+        release: true,
+        ..allowed(request_id)
+    }
+}
+
 async fn upstream_ok(_req: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {
     let resp = Response::builder()
         .header("x-upstream", "yes")
@@ -327,7 +335,7 @@ async fn streaming(_req: Request<Full<Bytes>>) -> Result<Response<TwoFrames>, In
 
 #[tokio::test]
 async fn the_slot_is_released_when_the_body_ends() {
-    let fake = FakeLimiter::answering(allowed("req-1"));
+    let fake = FakeLimiter::answering(holding("req-1"));
     let layer = SluiceLayer::new(config(), fake.clone());
     let resp = layer
         .layer(service_fn(streaming))
@@ -354,7 +362,7 @@ async fn the_slot_is_released_when_the_body_ends() {
 
 #[tokio::test]
 async fn the_slot_is_released_when_an_unfinished_body_is_dropped() {
-    let fake = FakeLimiter::answering(allowed("req-2"));
+    let fake = FakeLimiter::answering(holding("req-2"));
     let layer = SluiceLayer::new(config(), fake.clone());
     let resp = layer
         .layer(service_fn(streaming))
@@ -368,6 +376,39 @@ async fn the_slot_is_released_when_an_unfinished_body_is_dropped() {
     let releases = fake.releases();
     assert_eq!(releases.len(), 1);
     assert_eq!(releases[0].request_id, "req-2");
+}
+
+/// Allowed with `answer` under `release`; the releases sent once the response is dropped.
+async fn releases_after(answer: CheckResponse, release: ReleaseFor) -> usize {
+    let fake = FakeLimiter::answering(answer);
+    let mut c = config();
+    c.release = release;
+    let layer = SluiceLayer::new(c, fake.clone());
+    let resp = layer
+        .layer(service_fn(upstream_ok))
+        .oneshot(request())
+        .await
+        .expect("infallible");
+    drop(resp);
+    fake.releases().len()
+}
+
+#[tokio::test]
+async fn by_default_only_answers_that_took_a_slot_are_released() {
+    assert_eq!(config().release, ReleaseFor::SlotTaken);
+    assert_eq!(
+        releases_after(holding("req-6"), ReleaseFor::SlotTaken).await,
+        1
+    );
+    assert_eq!(
+        releases_after(allowed("req-7"), ReleaseFor::SlotTaken).await,
+        0
+    );
+    // For a daemon older than the flag: every request id, flag or not.
+    assert_eq!(
+        releases_after(allowed("req-8"), ReleaseFor::AnyRequestId).await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -408,7 +449,7 @@ async fn only_the_named_concurrency_rules_are_released() {
 
 #[tokio::test]
 async fn the_slot_is_released_when_the_upstream_fails() {
-    let fake = FakeLimiter::answering(allowed("req-3"));
+    let fake = FakeLimiter::answering(holding("req-3"));
     let layer = SluiceLayer::new(config(), fake.clone());
     let failing = service_fn(|_req: Request<Full<Bytes>>| async {
         Err::<Response<Full<Bytes>>, &str>("upstream down")
