@@ -7,8 +7,8 @@ use arc_swap::ArcSwap;
 use sluice_control::Published;
 use sluice_core::decision::{Decision, Via};
 use sluice_core::rules::{Domain, RuleSet};
+use sluice_metrics::{self as prom, Counts, Kind};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -39,28 +39,14 @@ impl Histogram {
             .fetch_add((secs * 1e9) as u64, Ordering::Relaxed);
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (b, c) in BUCKETS.iter().zip(&self.counts) {
-            cumulative += c.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+    fn render(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        prom::Histogram {
+            bounds: &BUCKETS,
+            counts: Counts::PerBucket(&self.counts.each_ref().map(|c| c.load(Ordering::Relaxed))),
+            count: self.count.load(Ordering::Relaxed),
+            sum: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
         }
-        // An observation under way may be in its bucket and not yet in the count: `+Inf`
-        // never falls below the buckets.
-        let n = self.count.load(Ordering::Relaxed).max(cumulative);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {n}");
-        let lb = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(
-            out,
-            "{name}_sum{lb} {}",
-            self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
-        );
-        let _ = writeln!(out, "{name}_count{lb} {n}");
+        .write(out, name, labels);
     }
 }
 
@@ -305,7 +291,13 @@ impl Metrics {
     /// Prometheus text exposition; `extra` lets other parts (store, rules) append theirs.
     pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
         let mut out = String::with_capacity(4096);
-        out.push_str("# HELP sluice_decisions_total Decisions by domain, rule and outcome.\n# TYPE sluice_decisions_total counter\n");
+        let decisions = "sluice_decisions_total";
+        prom::header(
+            &mut out,
+            decisions,
+            "Decisions by domain, rule and outcome.",
+            Kind::Counter,
+        );
         let rules = self.rules.read().unwrap_or_else(|p| p.into_inner());
         for (domain, id, c) in rules
             .iter()
@@ -320,25 +312,22 @@ impl Metrics {
                 ("failed_closed", &c.failed_closed),
                 ("local", &c.local),
             ] {
-                let _ = writeln!(
-                    out,
-                    "sluice_decisions_total{{domain=\"{domain}\",rule=\"{id}\",outcome=\"{outcome}\"}} {}",
-                    v.load(Ordering::Relaxed)
-                );
+                let labels = [("domain", &**domain), ("rule", &**id), ("outcome", outcome)];
+                prom::sample(&mut out, decisions, &labels, v.load(Ordering::Relaxed));
             }
         }
-        out.push_str(
-            "# HELP sluice_checks_total Checks by code.\n# TYPE sluice_checks_total counter\n",
-        );
+        let checks = "sluice_checks_total";
+        prom::header(&mut out, checks, "Checks by code.", Kind::Counter);
         for (code, v) in [
             ("OK", &self.checks_ok),
             ("OVER_LIMIT", &self.checks_over_limit),
             ("UNAVAILABLE", &self.checks_unavailable),
         ] {
-            let _ = writeln!(
-                out,
-                "sluice_checks_total{{code=\"{code}\"}} {}",
-                v.load(Ordering::Relaxed)
+            prom::sample(
+                &mut out,
+                checks,
+                &[("code", code)],
+                v.load(Ordering::Relaxed),
             );
         }
         for (name, help, v) in [
@@ -363,20 +352,25 @@ impl Metrics {
                 &self.release_failures,
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                v.load(Ordering::Relaxed)
-            );
+            prom::counter(&mut out, name, help, v.load(Ordering::Relaxed));
         }
-        out.push_str("# HELP sluice_check_duration_seconds Check latency inside the daemon.\n# TYPE sluice_check_duration_seconds histogram\n");
-        self.check_latency
-            .render(&mut out, "sluice_check_duration_seconds", "");
-        out.push_str("# HELP sluice_store_duration_seconds Store call latency.\n# TYPE sluice_store_duration_seconds histogram\n");
-        self.store_latency
-            .render(&mut out, "sluice_store_duration_seconds", "");
+        for (name, help, h) in [
+            (
+                "sluice_check_duration_seconds",
+                "Check latency inside the daemon.",
+                &self.check_latency,
+            ),
+            (
+                "sluice_store_duration_seconds",
+                "Store call latency.",
+                &self.store_latency,
+            ),
+        ] {
+            prom::header(&mut out, name, help, Kind::Histogram);
+            h.render(&mut out, name, &[]);
+        }
         for (name, help, v) in extra {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+            prom::gauge(&mut out, name, help, *v);
         }
         for e in self
             .exporters
@@ -472,7 +466,7 @@ rules:
         let stored: Vec<u64> = h.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
         assert_eq!(stored, [2, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1]);
         let mut out = String::new();
-        h.render(&mut out, "h", "");
+        h.render(&mut out, "h", &[]);
         let expected = [
             ("0.00005", 2),
             ("0.0001", 2),
@@ -595,5 +589,41 @@ rules:
         table_reaches(&m, 2).await;
         let _ = stop.send(true);
         task.await.expect("the watcher ends on stop");
+    }
+
+    /// An exporter's text goes after the daemon's own.
+    #[derive(Debug)]
+    struct Fixed;
+
+    impl Exporter for Fixed {
+        fn render(&self, out: &mut String) {
+            out.push_str("exported 1\n");
+        }
+    }
+
+    /// The whole exposition, byte for byte (`testdata/metrics.prom`): what scrapers and
+    /// dashboards were built on.
+    #[test]
+    fn renders_the_same_text() {
+        let m = Metrics::default();
+        let r = m.rule("d", &Arc::from("r1"));
+        r.allowed.fetch_add(3, Ordering::Relaxed);
+        r.local.fetch_add(1, Ordering::Relaxed);
+        m.rule("d", &Arc::from("r0"));
+        m.rule("e", &Arc::from("x"))
+            .shadow_denied
+            .fetch_add(5, Ordering::Relaxed);
+        for secs in [0.0003, 0.03, 3.0] {
+            m.check_latency.observe(secs);
+        }
+        m.store_latency.observe(0.00001);
+        m.checks_ok.fetch_add(4, Ordering::Relaxed);
+        m.panics.fetch_add(1, Ordering::Relaxed);
+        m.add_exporter(Arc::new(Fixed));
+        let t = m.render(&[
+            ("sluice_rules_version", "Loaded rules version.", 7),
+            ("g2", "Other.", 0),
+        ]);
+        assert_eq!(t, include_str!("../testdata/metrics.prom"));
     }
 }
