@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use serde::Deserialize;
-use sluice_tower::{Cidr, FailureMode, FloodLimit, Routes};
+use sluice_tower::{Cidr, FailureMode, FloodLimit, ReleaseFor, Routes};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +49,19 @@ pub enum Failure {
     Open,
     /// Answer 503.
     Closed,
+}
+
+/// Which allowed requests are released, as the file spells it (`release:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Release {
+    /// Those whose answer says a concurrency slot was taken: one daemon call per request
+    /// elsewhere.
+    #[default]
+    SlotTaken,
+    /// Every request with a request id: for a `sluiced` older than the answer's `release`
+    /// field, whose slots would otherwise be held to their timeout.
+    AnyRequestId,
 }
 
 /// The edge guard as the file spells it (`edge:`): what the gateway answers itself before a
@@ -108,6 +121,8 @@ pub struct FileConfig {
     pub deadline_ms: u64,
     /// What an unanswered check means (default open).
     pub failure: Failure,
+    /// Which allowed requests are released (default those that took a slot).
+    pub release: Release,
     /// Where `/metrics` listens (default none).
     pub metrics_addr: Option<SocketAddr>,
     /// How long in-flight requests may take after a shutdown signal, s (default 10).
@@ -128,6 +143,7 @@ impl Default for FileConfig {
             trusted_proxies: Vec::new(),
             deadline_ms: 3,
             failure: Failure::Open,
+            release: Release::SlotTaken,
             metrics_addr: None,
             shutdown_timeout_s: 10,
             edge: EdgeFile::default(),
@@ -232,6 +248,10 @@ impl Settings {
             Failure::Open => FailureMode::Open,
             Failure::Closed => FailureMode::Closed,
         };
+        c.release = match f.release {
+            Release::SlotTaken => ReleaseFor::SlotTaken,
+            Release::AnyRequestId => ReleaseFor::AnyRequestId,
+        };
         let guard = &mut c.edge.guard;
         guard.remember_refusals = f.edge.remember_refusals;
         guard.max_hold = f.edge.max_hold_ms.saturating_mul(1_000);
@@ -263,6 +283,7 @@ mod tests {
         let c = s.layer_config().expect("valid");
         assert_eq!(c.domain, "api");
         assert_eq!(c.failure, FailureMode::Closed);
+        assert_eq!(c.release, ReleaseFor::SlotTaken);
         assert_eq!(c.trusted_proxies.len(), 1);
         assert_eq!(s.sluiced, "http://127.0.0.1:8081");
         assert_eq!(s.upstream.as_str(), "127.0.0.1:9000");
@@ -291,6 +312,17 @@ mod tests {
         );
         assert!(s("edge: { flood: { rate_per_s: 0, burst: 1 } }\n").is_err());
         assert!(FileConfig::parse("edge: { remember: false }\n").is_err());
+    }
+
+    #[test]
+    fn every_request_id_is_released_for_an_older_daemon() {
+        let f = FileConfig::parse("release: any_request_id\n").expect("parses");
+        let s = Settings::new("http://127.0.0.1:9000", "x:1", f).expect("valid");
+        assert_eq!(
+            s.layer_config().expect("valid").release,
+            ReleaseFor::AnyRequestId
+        );
+        assert!(FileConfig::parse("release: rules\n").is_err());
     }
 
     #[test]
