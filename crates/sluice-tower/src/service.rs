@@ -244,8 +244,29 @@ where
             if let (Some(edge), Some(id), Ok(resp)) = (&shared.edge, identity, &answer) {
                 edge.remember(id, resp);
             }
+            // A refusal can still have taken a slot (a concurrency rule admitted the check,
+            // another rule refused it): given back now, not held to the slot's timeout.
+            let refused_slot = match &answer {
+                Ok(r) if !r.allowed && r.release && !r.request_id.is_empty() => {
+                    Some(r.request_id.clone())
+                }
+                _ => None,
+            };
             let decision = match verdict(&shared, answer) {
-                Verdict::Answer(resp) => return Ok(resp.map(SluiceBody::full)),
+                Verdict::Answer(resp) => {
+                    if let Some(request_id) = refused_slot {
+                        ReleaseGuard::new(
+                            shared.limiter.clone(),
+                            ReleaseRequest {
+                                domain: shared.config.domain.clone(),
+                                descriptors: release_descriptors,
+                                request_id,
+                            },
+                        )
+                        .fire();
+                    }
+                    return Ok(resp.map(SluiceBody::full));
+                }
                 Verdict::Forward(decision) => decision,
             };
             // Armed before the upstream call: a dropped call or an upstream error releases too.

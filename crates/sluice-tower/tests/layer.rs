@@ -510,3 +510,42 @@ async fn an_unreachable_limiter_is_a_retryable_error() {
     let eager = GrpcLimiter::connect(&format!("http://127.0.0.1:{port}")).await;
     assert!(matches!(eager, Err(CallError::Unavailable(_))), "{eager:?}");
 }
+
+/// A refusal whose check still took a slot (a concurrency rule admitted it, another rule
+/// refused it): released at once, or the slot would be held to its timeout.
+#[tokio::test]
+async fn a_refusal_that_took_a_slot_is_released_at_once() {
+    let refused_holding = CheckResponse {
+        allowed: false,
+        code: Code::OverLimit as i32,
+        decided_by: "burst".into(),
+        retry_after_ms: 1_000,
+        release: true,
+        ..allowed("req-9")
+    };
+    let fake = FakeLimiter::answering(refused_holding.clone());
+    let layer = SluiceLayer::new(config(), fake.clone());
+    let resp = layer
+        .layer(service_fn(upstream_ok))
+        .oneshot(request())
+        .await
+        .expect("infallible");
+    assert_eq!(resp.status(), 429);
+    let releases = fake.releases();
+    assert_eq!(releases.len(), 1, "released before the 429 is answered");
+    assert_eq!(releases[0].request_id, "req-9");
+    assert_eq!(releases[0].descriptors, fake.checks()[0].descriptors);
+    // A refusal that took nothing sends nothing.
+    let fake = FakeLimiter::answering(CheckResponse {
+        release: false,
+        ..refused_holding
+    });
+    let layer = SluiceLayer::new(config(), fake.clone());
+    let resp = layer
+        .layer(service_fn(upstream_ok))
+        .oneshot(request())
+        .await
+        .expect("infallible");
+    assert_eq!(resp.status(), 429);
+    assert!(fake.releases().is_empty());
+}
