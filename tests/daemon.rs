@@ -113,7 +113,8 @@ fn twenty_of_twenty_five_then_retry_after_one_and_other_keys_unaffected() {
         let ms = d["retry_after_ms"].as_u64().expect("retry_after_ms");
         assert!(ms > 0 && ms <= 1000, "retry_after_ms {ms}");
         assert_eq!(d["headers"]["Retry-After"], "1");
-        assert_eq!(d["headers"]["RateLimit-Policy"], "\"burst\";q=20;w=20");
+        // The sustained rate (1 a second), not the burst: the burst is what `r` shows when full.
+        assert_eq!(d["headers"]["RateLimit-Policy"], "\"burst\";q=1;w=1");
         assert_eq!(d["policies"][0]["remaining"], 0);
     }
     let (_, other) = check(r.http, &key("k_other"));
@@ -187,7 +188,7 @@ fn bad_input_is_a_400_with_a_message_never_a_500() {
 #[test]
 fn a_valid_rules_change_goes_live_and_an_invalid_one_is_refused() {
     let mut r = start(RULES);
-    std::fs::write(&r.rules, RULES.replace("burst: 20", "burst: 3")).expect("write");
+    std::fs::write(&r.rules, RULES.replace("rate_per_s: 1", "rate_per_s: 3")).expect("write");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (_, v) = check(r.http, &key("fresh"));
