@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full};
 use sluice_proto::sluice::v1::{CheckResponse, Code, PolicyStatus};
 use sluice_tower::{
     CallError, Config, FailureMode, FakeLimiter, GrpcLimiter, Limiter, ReleaseFor, Routes,
-    SluiceLayer,
+    SluiceBody, SluiceLayer,
 };
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -378,17 +378,21 @@ async fn the_slot_is_released_when_an_unfinished_body_is_dropped() {
     assert_eq!(releases[0].request_id, "req-2");
 }
 
+/// One request through a layer of `c` on `fake`, to `upstream_ok`.
+async fn through(c: Config, fake: &FakeLimiter) -> Response<SluiceBody<Full<Bytes>>> {
+    SluiceLayer::new(c, fake.clone())
+        .layer(service_fn(upstream_ok))
+        .oneshot(request())
+        .await
+        .expect("infallible")
+}
+
 /// Allowed with `answer` under `release`; the releases sent once the response is dropped.
 async fn releases_after(answer: CheckResponse, release: ReleaseFor) -> usize {
     let fake = FakeLimiter::answering(answer);
     let mut c = config();
     c.release = release;
-    let layer = SluiceLayer::new(c, fake.clone());
-    let resp = layer
-        .layer(service_fn(upstream_ok))
-        .oneshot(request())
-        .await
-        .expect("infallible");
+    let resp = through(c, &fake).await;
     drop(resp);
     fake.releases().len()
 }
@@ -437,12 +441,7 @@ async fn only_the_named_concurrency_rules_are_released() {
         ..Default::default()
     });
     let fake = FakeLimiter::answering(held);
-    let layer = SluiceLayer::new(c, fake.clone());
-    let resp = layer
-        .layer(service_fn(upstream_ok))
-        .oneshot(request())
-        .await
-        .expect("infallible");
+    let resp = through(c, &fake).await;
     drop(resp);
     assert_eq!(fake.releases().len(), 1);
 }
@@ -524,12 +523,7 @@ async fn a_refusal_that_took_a_slot_is_released_at_once() {
         ..allowed("req-9")
     };
     let fake = FakeLimiter::answering(refused_holding.clone());
-    let layer = SluiceLayer::new(config(), fake.clone());
-    let resp = layer
-        .layer(service_fn(upstream_ok))
-        .oneshot(request())
-        .await
-        .expect("infallible");
+    let resp = through(config(), &fake).await;
     assert_eq!(resp.status(), 429);
     let releases = fake.releases();
     assert_eq!(releases.len(), 1, "released before the 429 is answered");
@@ -540,12 +534,7 @@ async fn a_refusal_that_took_a_slot_is_released_at_once() {
         release: false,
         ..refused_holding
     });
-    let layer = SluiceLayer::new(config(), fake.clone());
-    let resp = layer
-        .layer(service_fn(upstream_ok))
-        .oneshot(request())
-        .await
-        .expect("infallible");
+    let resp = through(config(), &fake).await;
     assert_eq!(resp.status(), 429);
     assert!(fake.releases().is_empty());
 }
