@@ -146,13 +146,14 @@ pub fn apply_reusing(
             .zip(states)
             .zip(&result.outcomes)
             .map(|((item, st), o)| {
-                let charge = if allowed {
-                    o.allowed
-                } else {
-                    item.enforce && item.charge_rejected
-                };
                 let req = call.request(item);
-                if call.cost == 0 || !charge {
+                if !takes(
+                    call.cost,
+                    allowed,
+                    o.allowed,
+                    item.enforce,
+                    item.charge_rejected,
+                ) {
                     // A shared bucket that drained news from other regions keeps it even when it
                     // takes nothing: otherwise its key would expire on its own refill schedule
                     // and a fresh key would forget what the other regions took.
@@ -167,6 +168,25 @@ pub fn apply_reusing(
                 Write::Put(state, ttl)
             }),
     );
+}
+
+/// Whether an item takes the call's cost from its state: an allowed call charges the items
+/// that allowed it, a refused one only enforced `charge_rejected` items, and a peek (cost 0)
+/// nothing. The one rule [`apply`] writes by, its answer reports by, and a decision reads
+/// taken concurrency slots by.
+pub fn takes(
+    cost: u64,
+    call_allowed: bool,
+    item_allowed: bool,
+    enforce: bool,
+    charge_rejected: bool,
+) -> bool {
+    cost > 0
+        && if call_allowed {
+            item_allowed
+        } else {
+            enforce && charge_rejected
+        }
 }
 
 /// What [`apply`] answers for `call` over `states`, without the writes: a store whose atomic
@@ -199,7 +219,15 @@ pub fn answer_into(call: &Call, states: &[Option<State>], out: &mut CallResult) 
         // Outcomes say "after this request"; a refused request takes nothing from the rules
         // that would have allowed it, so give the cost back in what they report.
         for (item, o) in call.items.iter().zip(outcomes.iter_mut()) {
-            if o.allowed && !(item.enforce && item.charge_rejected) {
+            if o.allowed
+                && !takes(
+                    call.cost,
+                    allowed,
+                    o.allowed,
+                    item.enforce,
+                    item.charge_rejected,
+                )
+            {
                 o.remaining = (o.remaining + call.cost).min(o.limit);
                 o.usage = o.usage.saturating_sub(call.cost);
             }

@@ -443,22 +443,22 @@ impl Plan<'_> {
     }
 }
 
-/// Whether a concurrency rule's outcome `o` left a slot taken, by the take rule of
-/// [`crate::batch::apply`]: when its call (the store's, or the local one that answered) was
-/// allowed, each rule that allowed took; when refused, only an enforced `charge_rejected`
-/// rule took. A peek (cost 0) takes nothing.
+/// Whether a concurrency rule's outcome `o` left a slot taken, by [`crate::batch::takes`]
+/// applied to its call (the store's, or the local one that answered).
 fn took_slot(a: &Applied<'_>, o: &Outcome, ans: &Answer, cost: u64, enforce: bool) -> bool {
     let call_allowed = match ans {
         Answer::Done(r) => r.allowed,
         Answer::Failed { local: Some(l) } => l.allowed,
         Answer::Failed { local: None } => return false,
     };
-    let charged = if call_allowed {
-        o.allowed
-    } else {
-        enforce && a.rule.charge_rejected
-    };
-    cost > 0 && charged && matches!(a.params.as_ref(), Params::Concurrency { .. })
+    matches!(a.params.as_ref(), Params::Concurrency { .. })
+        && crate::batch::takes(
+            cost,
+            call_allowed,
+            o.allowed,
+            enforce,
+            a.rule.charge_rejected,
+        )
 }
 
 /// The client-facing status of an applied rule: its advertised quota ([`advertised`]), what
