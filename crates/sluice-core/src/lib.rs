@@ -19,6 +19,8 @@
 //! - [`merge`]: other regions' counts for global rules (max per region and window) and the
 //!   remote figure a decision adds.
 //! - [`ship`]: which busy global keys the delta shipper sends each interval, within a budget.
+//! - [`relay`]: one sender per region: who ships a region's figures across, who takes them
+//!   in and passes them on (an election over the live membership).
 //! - [`hotkeys`]: what a daemon answers itself for hot keys (deny cache, token leasing).
 //! - [`hash`]: the stable hash behind rollout and key splitting.
 //! - [`keys`]: store keys, made and parsed in one place.
@@ -34,6 +36,7 @@ pub mod hotkeys;
 pub mod keys;
 pub mod matching;
 pub mod merge;
+pub mod relay;
 pub mod rules;
 pub mod ship;
 pub mod time;

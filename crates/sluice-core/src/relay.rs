@@ -1,0 +1,234 @@
+//! One sender per region: which daemon carries a region's figures across regions, which one
+//! takes the others' in, and who passes them on inside the region.
+//!
+//! With every daemon shipping to every daemon elsewhere, cross-region traffic grows with the
+//! square of the daemons. Since the daemons of a region count in one store, the region's
+//! figure for a key is one number: one daemon per region (its *gateway*) can gather the
+//! others' selections, ship the merged figures once per remote region to that region's
+//! gateway, and the receiving gateway hands them to its region's other daemons. Cross-region
+//! datagrams then grow with regions × busy keys.
+//!
+//! The election is a pure function of the live membership, so the daemon and the simulator
+//! decide alike: a region's gateway is its live *relaying* member (one that takes part in
+//! this scheme) with the lowest node id. Views of the membership differ for a moment after a
+//! change (a gateway died, a daemon joined); two daemons that both believe they are the
+//! gateway both ship, and a receiver that is not the gateway still passes the figures on.
+//! That costs duplicates, never wrong counts: receivers keep the max per (region, key,
+//! window), so a figure heard twice, or from two senders, merges to the same value.
+
+/// One live member as the election sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member<'a> {
+    /// Unique node id.
+    pub node_id: &'a str,
+    /// The region it published.
+    pub region: &'a str,
+    /// Whether it takes part in relaying (gathers, forwards and fans out). Members that do
+    /// not (another shipping mode, an older release) are never elected and are sent to
+    /// directly.
+    pub relays: bool,
+}
+
+/// How a datagram travels, which tells its receiver what to do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Hop {
+    /// Straight to a daemon of another region, which merges it and passes it on to nobody.
+    Direct,
+    /// Inside a region, to its gateway: figures of the region to ship across.
+    Collect,
+    /// To another region's gateway, which merges it and fans it out in its region.
+    Relay,
+    /// Inside a region, from its gateway to the other daemons: merge, pass on to nobody.
+    FanOut,
+}
+
+/// A region's gateway: its relaying live member with the lowest node id, if it has one.
+pub fn gateway<'a>(members: &[Member<'a>], region: &str) -> Option<&'a str> {
+    members
+        .iter()
+        .filter(|m| m.relays && m.region == region)
+        .map(|m| m.node_id)
+        .min()
+}
+
+/// What one relaying daemon sends in one interval; indices are into the members given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Whether this daemon is its region's gateway (ships across regions).
+    pub sender: bool,
+    /// Where this daemon's own selection goes when it is not the gateway.
+    pub collect_to: Option<usize>,
+    /// Cross-region destinations: each other region's gateway ([`Hop::Relay`]), or every
+    /// member of a region with none ([`Hop::Direct`]).
+    pub cross: Vec<(usize, Hop)>,
+    /// The other members of this daemon's region: where a relayed packet is fanned out.
+    pub fan_out: Vec<usize>,
+}
+
+/// The plan of `members[me]`, a relaying member. Members must be unique by node id.
+pub fn plan(members: &[Member<'_>], me: usize) -> Plan {
+    let Some(this) = members.get(me) else {
+        return Plan::default();
+    };
+    let gw = |region: &str| {
+        members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| (m.relays || m.node_id == this.node_id) && m.region == region)
+            .min_by_key(|(_, m)| m.node_id)
+            .map(|(i, _)| i)
+    };
+    let own = gw(this.region);
+    let sender = own == Some(me);
+    let mut cross = Vec::new();
+    let mut regions: Vec<&str> = members
+        .iter()
+        .map(|m| m.region)
+        .filter(|r| *r != this.region)
+        .collect();
+    regions.sort_unstable();
+    regions.dedup();
+    for r in regions {
+        match gw(r) {
+            Some(g) => cross.push((g, Hop::Relay)),
+            None => cross.extend(
+                members
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.region == r)
+                    .map(|(i, _)| (i, Hop::Direct)),
+            ),
+        }
+    }
+    let fan_out = members
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| *i != me && m.region == this.region)
+        .map(|(i, _)| i)
+        .collect();
+    Plan {
+        sender,
+        collect_to: if sender { None } else { own },
+        cross,
+        fan_out,
+    }
+}
+
+/// Cross-region datagrams per interval for `regions` regions of `daemons` daemons each,
+/// when a region's selection fills `packets` datagrams: every daemon to every daemon
+/// elsewhere (`every_daemon`), against one gateway to one gateway per region pair.
+pub fn cross_datagrams(regions: u64, daemons: u64, packets: u64, relayed: bool) -> u64 {
+    let pairs = regions * regions.saturating_sub(1);
+    match relayed {
+        true => pairs * packets,
+        false => pairs * daemons * daemons * packets,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m<'a>(node_id: &'a str, region: &'a str, relays: bool) -> Member<'a> {
+        Member {
+            node_id,
+            region,
+            relays,
+        }
+    }
+
+    fn cluster() -> Vec<Member<'static>> {
+        vec![
+            m("a-2", "a", true),
+            m("a-1", "a", true),
+            m("a-3", "a", true),
+            m("b-3", "b", true),
+            m("b-2", "b", true),
+            m("c-1", "c", false),
+            m("c-2", "c", false),
+        ]
+    }
+
+    #[test]
+    fn the_lowest_relaying_id_of_each_region_is_its_gateway() {
+        let ms = cluster();
+        assert_eq!(gateway(&ms, "a"), Some("a-1"));
+        assert_eq!(gateway(&ms, "b"), Some("b-2"));
+        // A region whose members do not relay has none: they are sent to directly.
+        assert_eq!(gateway(&ms, "c"), None);
+        assert_eq!(gateway(&ms, "nowhere"), None);
+    }
+
+    #[test]
+    fn a_gateway_ships_once_per_region_and_the_others_collect_to_it() {
+        let ms = cluster();
+        let p = plan(&ms, 1);
+        assert!(p.sender);
+        assert_eq!(p.collect_to, None);
+        assert_eq!(
+            p.cross,
+            vec![(4, Hop::Relay), (5, Hop::Direct), (6, Hop::Direct)]
+        );
+        assert_eq!(p.fan_out, vec![0, 2]);
+        let p = plan(&ms, 2);
+        assert!(!p.sender);
+        assert_eq!(p.collect_to, Some(1));
+        // A daemon that is not the gateway knows the cross targets too: figures that were
+        // collected to it (a stale view elsewhere) are still shipped, not lost.
+        assert_eq!(p.cross, plan(&ms, 1).cross);
+    }
+
+    #[test]
+    fn the_dead_gateway_is_replaced_by_the_next_id() {
+        let mut ms = cluster();
+        ms.remove(1);
+        assert_eq!(gateway(&ms, "a"), Some("a-2"));
+        let p = plan(&ms, 0);
+        assert!(p.sender);
+        assert_eq!(plan(&ms, 1).collect_to, Some(0));
+    }
+
+    #[test]
+    fn alone_a_daemon_is_its_own_gateway_even_before_it_is_listed_as_relaying() {
+        let ms = [m("a-9", "a", false), m("b-1", "b", true)];
+        let p = plan(&ms, 0);
+        assert!(p.sender);
+        assert_eq!(p.cross, vec![(1, Hop::Relay)]);
+        assert!(p.fan_out.is_empty());
+        assert_eq!(plan(&[], 0), Plan::default());
+    }
+
+    #[test]
+    fn two_views_that_both_elect_themselves_only_duplicate() {
+        // a-1 has not heard of a-0 yet: both believe they are a's gateway, and both ship to
+        // b's gateway. What b holds is the max per key, so the duplicate changes nothing.
+        let full = [
+            m("a-0", "a", true),
+            m("a-1", "a", true),
+            m("b-1", "b", true),
+        ];
+        let partial = [m("a-1", "a", true), m("b-1", "b", true)];
+        assert!(plan(&full, 0).sender);
+        assert!(plan(&partial, 0).sender);
+        let params = crate::Params::FixedWindow {
+            limit: 1000,
+            window: crate::algo::Window::Epoch(60_000_000),
+        };
+        let key = crate::matching::store_key("api|k=1", "g", crate::algo::Kind::FixedWindow);
+        let now = 60_000_000 * 10 + 5;
+        let mut b = crate::merge::RemoteCounts::new("b", 100, 7);
+        // Both senders' figures for the key, and a late, lower one from the first.
+        for figure in [170, 170, 150] {
+            b.merge("a", &key, &params, 60_000_000 * 10, figure, now);
+        }
+        assert_eq!(b.remote_for(&key, &params, now).cur, 170);
+    }
+
+    #[test]
+    fn cross_region_traffic_grows_with_region_pairs_not_daemons() {
+        assert_eq!(cross_datagrams(3, 3, 1, false), 54);
+        assert_eq!(cross_datagrams(3, 3, 1, true), 6);
+        assert_eq!(cross_datagrams(3, 30, 2, true), 12);
+        assert_eq!(cross_datagrams(1, 5, 4, false), 0);
+    }
+}
