@@ -235,6 +235,10 @@ pub struct Report {
     pub busy_on: BusyOn,
     /// How shipments reach a region's daemons.
     pub delivery: Delivery,
+    /// Each region's clock offset from the reference clock, ms; left out when every clock
+    /// is on time (reports of runs without skew stay as they were).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clock_offset_ms: Vec<f64>,
     /// Requests decided.
     pub requests: u64,
     /// Admitted.
@@ -446,6 +450,14 @@ pub fn build(
         shippers: sc.gossip.shippers,
         busy_on: sc.gossip.busy_on,
         delivery: sc.gossip.delivery,
+        clock_offset_ms: if sc.clock_offset.iter().all(|o| *o == 0) {
+            Vec::new()
+        } else {
+            sc.clock_offset
+                .iter()
+                .map(|o| *o as f64 / MILLI as f64)
+                .collect()
+        },
         requests: m.requests,
         admitted: m.admitted,
         denied: m.denied,

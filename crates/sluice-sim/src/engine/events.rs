@@ -194,9 +194,10 @@ impl<'a> Sim<'a> {
             return None;
         }
         let request_id = (self.seq + 1).to_string();
+        let lt = self.clock(r, at);
         let remote = &self.regions[r].daemons[view(self.sc, d)].remote;
-        let p = plan(self.domain, descriptors, at, cost, &request_id, |a| {
-            remote.remote_for(&a.key, &a.params, at)
+        let p = plan(self.domain, descriptors, lt, cost, &request_id, |a| {
+            remote.remote_for(&a.key, &a.params, lt)
         });
         let unlimited = p.calls.is_empty().then(|| p.decide(RULES_VERSION, &[]));
         let exec_at = match self.queue(r, d, None, at, cost, p) {

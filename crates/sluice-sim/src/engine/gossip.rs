@@ -61,10 +61,12 @@ impl<'a> Sim<'a> {
                 return;
             }
         }
-        self.pipe.select(r, d, now);
+        // What it selects and sweeps, it does on its region's clock.
+        let local = self.clock(r, now);
+        self.pipe.select(r, d, local);
         let daemon = &mut self.regions[r].daemons[d];
         if view(sc, d) == d {
-            daemon.remote.sweep(now);
+            daemon.remote.sweep(local);
         }
         // The deliveries' sequence numbers are taken now, so they order against other events
         // exactly as if they were queued now.
@@ -181,6 +183,8 @@ impl<'a> Sim<'a> {
             return;
         }
         let from = &self.sc.regions[msg.from];
+        // The receiver judges a figure's window (expired, too far ahead) by its own clock.
+        let local = now.saturating_add_signed(sc.clock_offset[r]);
         let daemon = &mut region.daemons[d];
         for e in &msg.entries {
             let Some(rule) = sluice_core::keys::parse(&e.key).and_then(|k| {
@@ -192,7 +196,7 @@ impl<'a> Sim<'a> {
             };
             if daemon
                 .remote
-                .merge(from, &e.key, &rule.params, e.window_start, e.count, now)
+                .merge(from, &e.key, &rule.params, e.window_start, e.count, local)
                 == sluice_core::merge::Merged::Full
             {
                 self.gossip.remote_full += 1;

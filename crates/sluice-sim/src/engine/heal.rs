@@ -33,6 +33,7 @@ impl<'a> Sim<'a> {
     pub(super) fn check_heals(&mut self, r: usize, d: usize) {
         let now = self.now;
         let gi = r * self.sc.daemons + d;
+        let local = self.clock(r, now);
         let domain = self.domain;
         let remote = &self.regions[r].daemons[view(self.sc, d)].remote;
         for h in self.heals.iter_mut().filter(|h| h.done.is_none()) {
@@ -43,7 +44,7 @@ impl<'a> Sim<'a> {
                     return false;
                 }
                 let params = &domain.rules[n.rule].params;
-                if remote.remote_for(&n.key, params, now).cur >= n.expected {
+                if remote.remote_for(&n.key, params, local).cur >= n.expected {
                     met += 1;
                     return false;
                 }

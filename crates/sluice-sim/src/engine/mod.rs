@@ -19,7 +19,9 @@
 //! an answer back (what a daemon ships, what must be learnt after a heal), so the output is
 //! the same as on one thread, byte for byte.
 //!
-//! Time is virtual, in microseconds, passed as `now`. Events at the same instant run in the
+//! Time is virtual, in microseconds, passed as `now`: each region's daemons pass their own
+//! clock's, [`Sim::clock`] (the reference plus the scenario's `[clock]` offset), while the
+//! event loop, the network and the ground truth run on the reference clock. Events at the same instant run in the
 //! order they were scheduled (a sequence number breaks ties), every random draw comes from a
 //! seeded stream, and no map is iterated in an order that depends on anything but its
 //! insertions: the same scenario and seed give the same run, bit for bit.
@@ -273,6 +275,13 @@ impl<'a> Sim<'a> {
             sim.push(sc.events[i].0, Ev::Scenario(i));
         }
         sim
+    }
+
+    /// Region `r`'s clock when the reference clock reads `t`: the `now` its daemons pass the
+    /// core (window labels, expiries, the store's time). Off by the scenario's `[clock]`
+    /// offset; a clock behind reads 0 until the reference passes its offset.
+    pub(super) fn clock(&self, r: usize, t: Micros) -> Micros {
+        t.saturating_add_signed(self.sc.clock_offset[r])
     }
 
     fn push(&mut self, at: Micros, ev: Ev) {

@@ -164,14 +164,15 @@ impl<'a> Sim<'a> {
     /// synced, as the daemon's shutdown does; a crash loses both (the units a gate admitted
     /// and had not synced are counted, per rule, as lost).
     pub(super) fn stop_daemon(&mut self, r: usize, d: usize, graceful: bool, now: Micros) {
+        let local = self.clock(r, now);
         let hot = &mut self.regions[r].daemons[d].hot;
         if graceful {
-            let backs = hot.drain(now);
-            let syncs = hot.drain_syncs(now);
+            let backs = hot.drain(local);
+            let syncs = hot.drain_syncs(local);
             self.give_back(r, backs, now);
             self.sync(r, d, syncs, now);
         } else {
-            for s in hot.drain_syncs(now) {
+            for s in hot.drain_syncs(local) {
                 for ri in self.rules_of(&s.call) {
                     self.metrics.hot[ri].gate_lost_units += s.call.cost;
                 }

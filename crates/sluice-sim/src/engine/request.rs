@@ -22,6 +22,7 @@ pub(super) struct Pending<'a> {
     pub(super) daemon: usize,
     /// The generator and key it came from; `None` for a request given by [`Sim::decide`].
     pub(super) src: Option<(u32, u32)>,
+    /// When it arrived, on the reference clock (its plan has its region's clock's time).
     pub(super) now: Micros,
     pub(super) cost: u64,
     pub(super) plan: Plan<'a>,
@@ -55,6 +56,8 @@ impl<'a> Sim<'a> {
             None => self.metrics.no_region += 1,
             Some((r, d, k)) => {
                 let cost = tg.cfg.cost;
+                // The daemon decides on its region's clock; the run goes on the reference's.
+                let lt = t.saturating_add_signed(sc.clock_offset[r]);
                 let remote = &self.regions[r].daemons[view(sc, d)].remote;
                 // Planned into a plan an earlier request left: its vectors and strings keep
                 // their buffers.
@@ -63,10 +66,10 @@ impl<'a> Sim<'a> {
                     &mut p,
                     domain,
                     tg.descriptors(k),
-                    t,
+                    lt,
                     cost,
                     request_id,
-                    |a| remote.remote_for(&a.key, &a.params, t),
+                    |a| remote.remote_for(&a.key, &a.params, lt),
                 );
                 self.queue(r, d, Some((g as u32, k as u32)), t, cost, p);
             }
@@ -137,6 +140,8 @@ impl<'a> Sim<'a> {
         self.metrics.requests += 1;
         self.replicate(r, sim_now);
         let store_ok = sim_now >= self.regions[r].store_down_until;
+        // The daemon's guard runs on its region's clock.
+        let local_now = self.clock(r, sim_now);
         let permille = self.sc.store.local_permille;
         // A kept buffer: no allocation per request.
         let mut answers = std::mem::take(&mut self.answers);
@@ -157,7 +162,7 @@ impl<'a> Sim<'a> {
             // sends it as planned or as a lease call, each one through the daemon's store
             // guard to the store here.
             let res = hot.call_sync(pc, CallPolicy::of(&plan, i), RULES_VERSION, |call| {
-                let sent = guarded(guard, local, sim_now, store_ok.then_some(&*store), call);
+                let sent = guarded(guard, local, local_now, store_ok.then_some(&*store), call);
                 calls += u64::from(g.count(&sent));
                 let res = sent.res.flatten();
                 if let (Some(rep), Some(_)) = (replica.as_mut(), &res) {
@@ -208,7 +213,8 @@ impl<'a> Sim<'a> {
         self.metrics.journaled +=
             sluice_core::guard::journaled(&plan, &answers, &decision, cost).count() as u64;
         self.measure(r, src, now, cost, &plan, &decision);
-        self.observe(r, d, now, &plan, &answers);
+        let planned_at = self.clock(r, now);
+        self.observe(r, d, planned_at, &plan, &answers);
         answers.clear();
         self.answers = answers;
         self.plans.push(plan);

@@ -111,11 +111,12 @@ impl<'a> Sim<'a> {
             return;
         }
         let live = self.live[r].iter().filter(|u| **u).count() as u64;
+        let local = now.saturating_add_signed(self.sc.clock_offset[r]);
         let hot = &mut region.daemons[d].hot;
         // The membership as it is now: a local share is the rule's numbers ÷ this.
         hot.set_daemons(live);
-        let backs = hot.sweep(now);
-        let syncs = hot.syncs(now);
+        let backs = hot.sweep(local);
+        let syncs = hot.syncs(local);
         self.give_back(r, backs, now);
         self.sync(r, d, syncs, now);
         let next = now + lease::SWEEP;
@@ -140,6 +141,8 @@ impl<'a> Sim<'a> {
         }
         self.replicate(r, now);
         let store_ok = self.regions[r].up && now >= self.regions[r].store_down_until;
+        // The daemon's guard and layer run on its region's clock; the replica on the reference.
+        let local = self.clock(r, now);
         let sec = (now / SECOND) as usize;
         for s in syncs {
             let region = &mut self.regions[r];
@@ -148,7 +151,7 @@ impl<'a> Sim<'a> {
             let guarded = guarded(
                 &mut daemon.guard,
                 &daemon.local,
-                now,
+                local,
                 store_ok.then_some(&region.store),
                 &s.call,
             );
@@ -164,7 +167,7 @@ impl<'a> Sim<'a> {
             }
             self.metrics.store_calls += sent;
             let answered = res.is_some();
-            let took = self.regions[r].daemons[d].hot.synced(&s, res, now);
+            let took = self.regions[r].daemons[d].hot.synced(&s, res, local);
             for ri in self.rules_of(&s.call) {
                 let h = &mut self.metrics.hot[ri];
                 h.store_calls += sent;

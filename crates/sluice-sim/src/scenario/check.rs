@@ -3,7 +3,7 @@
 
 use super::check_traffic::check_traffic;
 use super::fields::{
-    dist, fraction, ms, non_negative, positive, region_index, secs, threshold_pct,
+    clock_offsets, dist, fraction, ms, non_negative, positive, region_index, secs, threshold_pct,
 };
 use super::{
     Event, EventFile, File, GossipCfg, Link, MAX_DAEMONS, MAX_DURATION_S, MAX_REGIONS, Scenario,
@@ -406,6 +406,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
         traffic,
         events,
         replica_lag,
+        clock_offset: clock_offsets(&f.clock, n)?,
     })
 }
 
@@ -469,5 +470,28 @@ mod tests {
         );
         let e = err(&format!("{MINIMAL}[gossip]\nphase_ms = [0, -1]\n"));
         assert!(e.contains("gossip.phase_ms[1]"), "{e}");
+        let e = err(&format!("{MINIMAL}[clock]\nskew_ms = -5\n"));
+        assert!(e.contains("clock.skew_ms"), "{e}");
+        let e = err(&format!("{MINIMAL}[clock]\noffset_ms = [0]\n"));
+        assert!(
+            e.contains("clock.offset_ms") && e.contains("one offset"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{MINIMAL}[clock]\nskew_ms = 5\noffset_ms = [0, 1]\n"
+        ));
+        assert!(e.contains("not both"), "{e}");
+    }
+
+    #[test]
+    fn clocks_are_on_time_unless_skewed() {
+        let s = parse(MINIMAL, &[]).expect("valid");
+        assert_eq!(s.clock_offset, [0, 0]);
+        let three = MINIMAL.replace("[\"us\", \"eu\"]", "[\"us\", \"eu\", \"ap\"]");
+        let p = [("clock_skew_ms".to_string(), "250".to_string())];
+        let s = parse(&three, &p).expect("valid");
+        assert_eq!(s.clock_offset, [-125_000, 0, 125_000], "spread over 250 ms");
+        let s = parse(&format!("{MINIMAL}[clock]\noffset_ms = [-3, 1000]\n"), &[]).expect("valid");
+        assert_eq!(s.clock_offset, [-3_000, 1_000_000]);
     }
 }

@@ -94,3 +94,42 @@ pub(super) fn region_index(
 pub(super) fn threshold_pct(field: &str, v: f64) -> Result<u8, ScenarioError> {
     Ok((fraction(field, v)? * 100.0).round() as u8)
 }
+
+/// The largest clock offset a scenario may give a region: an hour.
+const MAX_OFFSET_MS: f64 = 3_600_000.0;
+
+/// `[clock]`, checked: each region's clock offset in µs, the list's or the spread's (the
+/// first region −skew/2, the last +skew/2, evenly between; all 0 by default).
+pub(super) fn clock_offsets(c: &super::ClockFile, n: usize) -> Result<Vec<i64>, ScenarioError> {
+    let to_us = |v: f64| (v * MILLI as f64).round() as i64;
+    let bounded = |field: &str, v: f64| -> Result<f64, ScenarioError> {
+        let v = check_f(field, v)?;
+        if v.abs() > MAX_OFFSET_MS {
+            return Err(invalid(
+                field,
+                format!("must be within ±{MAX_OFFSET_MS} ms (an hour), got {v}"),
+            ));
+        }
+        Ok(v)
+    };
+    let skew = bounded("clock.skew_ms", non_negative("clock.skew_ms", c.skew_ms)?)?;
+    match &c.offset_ms {
+        Some(_) if skew > 0.0 => Err(invalid(
+            "clock.offset_ms",
+            "give either clock.skew_ms or clock.offset_ms, not both",
+        )),
+        Some(o) if o.len() != n => Err(invalid(
+            "clock.offset_ms",
+            format!("needs one offset per region ({n}), got {}", o.len()),
+        )),
+        Some(o) => o
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Ok(to_us(bounded(&format!("clock.offset_ms[{i}]"), *v)?)))
+            .collect(),
+        None if n < 2 => Ok(vec![0; n]),
+        None => Ok((0..n)
+            .map(|i| to_us(skew * (i as f64 / (n - 1) as f64 - 0.5)))
+            .collect()),
+    }
+}

@@ -33,6 +33,9 @@ pub struct File {
     /// What is measured.
     #[serde(default)]
     pub measure: MeasureFile,
+    /// The regions' clocks against the reference clock the ground truth counts on.
+    #[serde(default)]
+    pub clock: ClockFile,
     /// Domain name the rules and requests use.
     #[serde(default = "default_domain")]
     pub domain: String,
@@ -273,6 +276,21 @@ pub struct LinkFile {
     /// Loss on this link.
     #[serde(default)]
     pub loss: Option<f64>,
+}
+
+/// `[clock]`: how far each region's clock is off. A region's daemons (and so its store, which
+/// takes their `now`) label windows, expire figures and refuse early ones by their own clock,
+/// as real daemons on unsynchronised hosts do; the ground truth counts on the reference clock.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockFile {
+    /// The largest difference between two regions' clocks (ms): the regions' offsets spread
+    /// evenly from −skew/2 (the first region) to +skew/2 (the last).
+    #[serde(default)]
+    pub skew_ms: f64,
+    /// Each region's offset (ms, signed, one per region), instead of the spread.
+    #[serde(default)]
+    pub offset_ms: Option<Vec<f64>>,
 }
 
 /// `[measure]`

@@ -232,6 +232,9 @@ pub struct Scenario {
     pub events: Vec<(Micros, Event)>,
     /// Replication lag of regions that fail over (writes this recent are lost).
     pub replica_lag: Vec<Option<Micros>>,
+    /// Per region: its clock's offset from the reference clock, µs (all 0 unless `[clock]`
+    /// says otherwise).
+    pub clock_offset: Vec<i64>,
 }
 
 impl Scenario {

@@ -14,6 +14,7 @@ pub const PARAM_ALIASES: &[(&str, &str)] = &[
     ("delivery", "gossip.delivery"),
     ("resend_on_rejoin", "gossip.resend_on_rejoin"),
     ("daemons", "daemons_per_region"),
+    ("clock_skew_ms", "clock.skew_ms"),
 ];
 
 /// Sets one field of the document: `name` is an alias from [`PARAM_ALIASES`] or a dotted
