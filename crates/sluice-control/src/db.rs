@@ -7,11 +7,14 @@
 //! - `sluice_version`: one row, the version counter. Every change takes it `FOR UPDATE`, so
 //!   changes are serialised and versions are gapless and committed in order; its
 //!   `instance` tells a snapshot which database it came from.
-//! - `sluice_changes`: one row per version: who, when, what action.
+//! - `sluice_changes`: one row per version: who (the self-declared actor and the token's
+//!   principal, and the approver of a held change), when, what action.
 //! - `sluice_rules` / `sluice_overrides`: the current entries (body in the rule format, jsonb).
 //! - `sluice_history`: every version of every entry (a `NULL` body is a deletion), the source
 //!   of "everything after version N" and of rollbacks.
 //! - `sluice_daemons`: what each daemon reports: region, loaded version, last seen, error.
+//! - `sluice_pending`: changes held for a second principal (more than 10× tighter, forced),
+//!   with the edit, the diff shown, who proposed it, when it expires and how it was decided.
 //!
 //! Migrations run in one transaction under an advisory lock, so daemons starting together
 //! apply them once; a database already up to date is not touched (no DDL, so a daemon's role
@@ -28,10 +31,11 @@ pub const CHANNEL: &str = "sluice_rules";
 const MIGRATION_LOCK: i64 = 0x5155_4943_455f_4d47;
 
 /// The migrations, in order; never edit a released one, add a new one.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "rules, overrides, history, version counter, daemon status",
-    r#"
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "rules, overrides, history, version counter, daemon status",
+        r#"
 CREATE TABLE sluice_version (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     version   bigint  NOT NULL CHECK (version >= 0),
@@ -88,7 +92,36 @@ CREATE TABLE sluice_daemons (
     last_error text
 );
 "#,
-)];
+    ),
+    (
+        2,
+        "principals in the change log, pending changes",
+        r#"
+ALTER TABLE sluice_changes
+    ADD COLUMN principal   text NOT NULL DEFAULT 'unknown',
+    ADD COLUMN approved_by text;
+
+CREATE TABLE sluice_pending (
+    id           bigserial   PRIMARY KEY,
+    principal    text        NOT NULL,
+    actor        text        NOT NULL,
+    action       text        NOT NULL,
+    edit         jsonb       NOT NULL,
+    expect_version bigint,
+    base_version bigint      NOT NULL,
+    changes      jsonb       NOT NULL,
+    reasons      jsonb       NOT NULL,
+    created      timestamptz NOT NULL DEFAULT now(),
+    expires      timestamptz NOT NULL,
+    state        text        NOT NULL DEFAULT 'pending'
+                 CHECK (state IN ('pending', 'approved', 'rejected')),
+    decided_by   text,
+    decided_at   timestamptz,
+    version      bigint
+);
+"#,
+    ),
+];
 
 /// A PostgreSQL failure, split by what the caller should do about it.
 #[derive(Debug, thiserror::Error)]

@@ -16,8 +16,10 @@ pub const MAX_OVERRIDES_PER_DOMAIN: usize = 100_000;
 /// Largest body of one rule or override, serialized.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// A change an operator asks for.
-#[derive(Clone, Debug, PartialEq)]
+/// A change an operator asks for. Serialized (tagged by `edit`) when it is held for a
+/// second approver, so the approval applies the same edit.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "edit", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Edit {
     /// Create or replace one rule (`PUT /v1/rules/{id}`).
     PutRule {
@@ -42,7 +44,8 @@ pub enum Edit {
         /// The rule id.
         id: String,
         /// `enforce`, `shadow` or `off`.
-        mode: &'static str,
+        #[serde(deserialize_with = "mode_de")]
+        mode: ModeName,
     },
     /// The kill switch: every enforcing rule (of one domain, or all) to shadow.
     ShadowAll {
@@ -80,6 +83,21 @@ pub enum Edit {
         /// The version to restore.
         to: u64,
     },
+}
+
+/// One of the three mode names. An alias, so serde does not take the field as borrowed
+/// from the input (it is read by [`mode_de`]).
+pub type ModeName = &'static str;
+
+/// A mode read back from a held edit, as the one of the three names it is.
+fn mode_de<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    match s.as_str() {
+        "enforce" => Ok("enforce"),
+        "shadow" => Ok("shadow"),
+        "off" => Ok("off"),
+        other => Err(serde::de::Error::custom(format!("unknown mode {other:?}"))),
+    }
 }
 
 impl Edit {

@@ -14,6 +14,7 @@
 //! - [`db`]: PostgreSQL connections, errors, and the schema with its migrations.
 //! - [`pgtls`]: TLS to PostgreSQL (`sslmode`, `sslrootcert`) over rustls.
 //! - [`store`]: the admin side of PostgreSQL: reads, history, status, versioned commits.
+//! - [`pending`]: changes held until a second principal approves them.
 //! - [`postgres`]: the daemon side: [`postgres::PgSource`] (load, push, pull, cache, status).
 //! - [`snapshot`]: the atomic on-disk copy of the last loaded set.
 //! - [`admin`]: the admin HTTP API ([`admin::router`], [`admin::serve_admin`]): routing and
@@ -24,6 +25,7 @@ pub mod db;
 pub mod edit;
 pub mod file;
 pub mod model;
+pub mod pending;
 pub mod pgtls;
 pub mod postgres;
 pub mod snapshot;

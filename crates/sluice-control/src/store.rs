@@ -3,7 +3,8 @@
 //!
 //! A commit locks the version row (`SELECT … FOR UPDATE`), so changes are serialised: it
 //! reads the current state, applies the [`Edit`], validates the *whole* resulting set with
-//! sluice-core, refuses a tightening of more than [`MAX_TIGHTENING`]× unless forced, and only
+//! sluice-core, refuses a tightening of more than [`MAX_TIGHTENING`]× (holds it for a second
+//! principal when forced, [`crate::pending`]), and only
 //! then writes the current tables, the history rows, the change record, the new version and
 //! a `NOTIFY` (delivered at commit). A refused change writes nothing.
 //!
@@ -42,8 +43,20 @@ pub enum CommitError {
     #[error(transparent)]
     Invalid(RulesError),
     /// The change tightens something more than [`MAX_TIGHTENING`]× and was not forced.
-    #[error("refused: {}; send force=true to apply it anyway", .0.join("; "))]
+    #[error(
+        "refused: {}; send force=true to hold it as a pending change until another principal approves it",
+        .0.join("; ")
+    )]
     Tightening(Vec<String>),
+    /// The principal who proposed a held change tried to approve it.
+    #[error("{0}")]
+    SamePrincipal(String),
+    /// The held change was already approved or rejected.
+    #[error("{0}")]
+    Decided(String),
+    /// The held change expired before anyone approved it.
+    #[error("{0}")]
+    Expired(String),
     /// The rules changed since the version the caller based its change on.
     #[error("the rules changed since version {expected} (now {current}); review the diff again")]
     Conflict {
@@ -73,14 +86,20 @@ impl From<tokio_postgres::Error> for CommitError {
 /// How to commit: who asks, and whether to force, only preview, or check the base version.
 #[derive(Clone, Debug, Default)]
 pub struct CommitOptions {
-    /// Recorded in the change log (the `X-Sluice-Actor` header, or the token's role).
+    /// Recorded in the change log (the `X-Sluice-Actor` header, or the principal).
     pub actor: String,
-    /// Apply a tightening of more than [`MAX_TIGHTENING`]×.
+    /// The authenticated principal (the token's), recorded with the version.
+    pub principal: String,
+    /// Hold a tightening of more than [`MAX_TIGHTENING`]× for a second principal's approval
+    /// instead of refusing it.
     pub force: bool,
     /// Validate and compute the diff, write nothing.
     pub dry_run: bool,
     /// Refuse with [`CommitError::Conflict`] unless the current version is this one.
     pub expect_version: Option<u64>,
+    /// Set only when a held change is approved: its id and the approver, so the tightening
+    /// it was held for is applied and both principals are recorded.
+    pub(crate) approval: Option<(i64, String)>,
 }
 
 /// What a commit did.
@@ -96,6 +115,12 @@ pub struct Committed {
     pub dry_run: bool,
     /// Entry by entry.
     pub changes: Vec<Change>,
+    /// A dry run of a forced tightening: the real call would be held for approval.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_approval: bool,
+    /// Held for a second principal instead of applied (answered with 202).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<crate::pending::PendingChange>,
 }
 
 /// One version of one entry, for `GET /v1/rules/{id}/history`.
@@ -105,8 +130,12 @@ pub struct HistoryItem {
     pub version: u64,
     /// Domain name.
     pub domain: String,
-    /// Who.
+    /// Who (self-declared).
     pub actor: String,
+    /// The authenticated principal.
+    pub principal: String,
+    /// The second principal, for a change that was held and approved.
+    pub approved_by: Option<String>,
     /// What action (`put`, `shadow`, `rollback`, …).
     pub action: String,
     /// When (RFC 3339, UTC).
@@ -120,8 +149,12 @@ pub struct HistoryItem {
 pub struct ChangeInfo {
     /// The version.
     pub version: u64,
-    /// Who.
+    /// Who (self-declared).
     pub actor: String,
+    /// The authenticated principal.
+    pub principal: String,
+    /// The second principal, for a change that was held and approved.
+    pub approved_by: Option<String>,
     /// What action.
     pub action: String,
     /// When (RFC 3339, UTC).
@@ -169,7 +202,11 @@ pub struct Status {
 pub struct Store {
     cfg: db::DbConfig,
     client: Mutex<Option<Client>>,
+    pending_ttl: Duration,
 }
+
+/// How long a held change waits for its approver by default.
+pub const DEFAULT_PENDING_TTL: Duration = Duration::from_secs(24 * 3600);
 
 impl Store {
     /// A store for `url`; connects on first use, so the admin API can start while
@@ -178,10 +215,17 @@ impl Store {
         Ok(Store {
             cfg: db::config(url, Duration::from_secs(3), "sluice-admin")?,
             client: Mutex::new(None),
+            pending_ttl: DEFAULT_PENDING_TTL,
         })
     }
 
-    async fn client(&self) -> Result<MutexGuard<'_, Option<Client>>, DbError> {
+    /// Held changes expire after `ttl` (default [`DEFAULT_PENDING_TTL`]).
+    pub fn with_pending_ttl(mut self, ttl: Duration) -> Store {
+        self.pending_ttl = ttl;
+        self
+    }
+
+    pub(crate) async fn client(&self) -> Result<MutexGuard<'_, Option<Client>>, DbError> {
         let mut guard = self.client.lock().await;
         if guard.as_ref().is_none_or(Client::is_closed) {
             *guard = None;
@@ -190,7 +234,7 @@ impl Store {
         Ok(guard)
     }
 
-    async fn with_budget<T, E: From<DbError>>(
+    pub(crate) async fn with_budget<T, E: From<DbError>>(
         &self,
         f: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
@@ -250,7 +294,7 @@ impl Store {
             let g = self.client().await?;
             let c = g.as_ref().ok_or_else(gone)?;
             let sql = format!(
-                "SELECT h.version, h.domain, c.actor, c.action, to_char(c.at AT TIME ZONE 'UTC', {TS}), h.body
+                "SELECT h.version, h.domain, c.actor, c.principal, c.approved_by, c.action, to_char(c.at AT TIME ZONE 'UTC', {TS}), h.body
                  FROM sluice_history h JOIN sluice_changes c USING (version)
                  WHERE h.kind = $1 AND h.key = $2 AND ($3::text IS NULL OR h.domain = $3)
                  ORDER BY h.version DESC LIMIT $4"
@@ -264,9 +308,11 @@ impl Store {
                     version: version_from(r.get(0)),
                     domain: r.get(1),
                     actor: r.get(2),
-                    action: r.get(3),
-                    at: r.get(4),
-                    body: r.get(5),
+                    principal: r.get(3),
+                    approved_by: r.get(4),
+                    action: r.get(5),
+                    at: r.get(6),
+                    body: r.get(7),
                 })
                 .collect())
         })
@@ -280,6 +326,7 @@ impl Store {
             let c = g.as_ref().ok_or_else(gone)?;
             let sql = format!(
                 "SELECT c.version, c.actor, c.action, to_char(c.at AT TIME ZONE 'UTC', {TS}), c.detail,
+                        c.principal, c.approved_by,
                         (SELECT count(*) FROM sluice_history h WHERE h.version = c.version)
                  FROM sluice_changes c ORDER BY c.version DESC LIMIT $1"
             );
@@ -292,7 +339,9 @@ impl Store {
                     action: r.get(2),
                     at: r.get(3),
                     detail: r.get(4),
-                    entries: r.get(5),
+                    principal: r.get(5),
+                    approved_by: r.get(6),
+                    entries: r.get(7),
                 })
                 .collect())
         })
@@ -346,22 +395,37 @@ impl Store {
         self.with_budget(async {
             let mut g = self.client().await?;
             let c = g.as_mut().ok_or_else(gone)?;
-            commit(c, edit, opts).await
+            let tx = c.transaction().await?;
+            let done = commit_in(&tx, edit, opts, self.pending_ttl).await?;
+            tx.commit().await?;
+            if done.changed {
+                tracing::info!(
+                    version = done.version,
+                    action = edit.action(),
+                    actor = %opts.actor,
+                    principal = %opts.principal,
+                    entries = done.changes.len(),
+                    "rules changed"
+                );
+            }
+            Ok(done)
         })
         .await
     }
 }
 
-fn gone() -> DbError {
+pub(crate) fn gone() -> DbError {
     DbError::Unavailable("no connection".into())
 }
 
-async fn commit(
-    c: &mut Client,
+/// Commits `edit` inside `tx` (the caller commits the transaction): checks, then either
+/// writes the new version, or, for a forced tightening, the pending change that holds it.
+pub(crate) async fn commit_in(
+    tx: &tokio_postgres::Transaction<'_>,
     edit: &Edit,
     opts: &CommitOptions,
+    pending_ttl: Duration,
 ) -> Result<Committed, CommitError> {
-    let tx = c.transaction().await?;
     let row = tx
         .query_one("SELECT version FROM sluice_version FOR UPDATE", &[])
         .await?;
@@ -374,7 +438,7 @@ async fn commit(
             current: version,
         });
     }
-    let (_, _, before) = load_current(&tx).await?;
+    let (_, _, before) = load_current(tx).await?;
     let past = match edit {
         Edit::Rollback { to } => {
             if *to == 0 || *to > version {
@@ -382,7 +446,7 @@ async fn commit(
                     "to_version must be between 1 and the current version {version}, got {to}"
                 )));
             }
-            Some(state_at(&tx, *to).await?)
+            Some(state_at(tx, *to).await?)
         }
         _ => None,
     };
@@ -394,41 +458,66 @@ async fn commit(
         changed: false,
         dry_run: opts.dry_run,
         changes: vec![],
+        needs_approval: false,
+        pending: None,
     };
     if changes.is_empty() {
         return Ok(unchanged);
     }
     let next = version + 1;
     let after_set = after.to_rule_set(next).map_err(CommitError::Invalid)?;
-    if !opts.force {
-        // A current set that no longer validates (a newer release's stricter rules) has
-        // nothing trustworthy to compare with: the change is judged on its own.
-        if let Ok(before_set) = before.to_rule_set(version) {
-            let refused = tightenings(&before_set, &after_set, &changes, MAX_TIGHTENING);
-            if !refused.is_empty() {
-                return Err(CommitError::Tightening(refused));
-            }
-        }
+    // An approved change was judged when it was held. A current set that no longer
+    // validates (a newer release's stricter rules) has nothing trustworthy to compare with:
+    // the change is judged on its own.
+    let refused = match (&opts.approval, before.to_rule_set(version)) {
+        (None, Ok(before_set)) => tightenings(&before_set, &after_set, &changes, MAX_TIGHTENING),
+        _ => vec![],
+    };
+    if !refused.is_empty() && !opts.force {
+        return Err(CommitError::Tightening(refused));
     }
     if opts.dry_run {
         return Ok(Committed {
             changes,
             changed: true,
+            needs_approval: !refused.is_empty(),
             ..unchanged
         });
     }
-    let detail = match edit {
+    if !refused.is_empty() {
+        let held =
+            crate::pending::hold(tx, edit, opts, version, &changes, &refused, pending_ttl).await?;
+        tracing::info!(pending = held.id, action = edit.action(), principal = %opts.principal, "change held for a second principal");
+        return Ok(Committed {
+            changes,
+            pending: Some(held),
+            ..unchanged
+        });
+    }
+    let mut detail = match edit {
         Edit::Rollback { to } => serde_json::json!({"to_version": to}),
         _ => serde_json::json!({}),
     };
+    let approved_by = opts.approval.as_ref().map(|(id, by)| {
+        detail["pending"] = serde_json::json!(id);
+        by.clone()
+    });
     tx.execute(
         "UPDATE sluice_version SET version = $1",
         &[&version_to(next)],
     )
     .await?;
     tx.execute(
-        "INSERT INTO sluice_changes (version, actor, action, detail) VALUES ($1, $2, $3, $4)",
-        &[&version_to(next), &opts.actor, &edit.action(), &detail],
+        "INSERT INTO sluice_changes (version, actor, action, detail, principal, approved_by)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            &version_to(next),
+            &opts.actor,
+            &edit.action(),
+            &detail,
+            &opts.principal,
+            &approved_by,
+        ],
     )
     .await?;
     for ch in &changes {
@@ -473,20 +562,14 @@ async fn commit(
     }
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &next.to_string()])
         .await?;
-    tx.commit().await?;
-    tracing::info!(
-        version = next,
-        action = edit.action(),
-        actor = %opts.actor,
-        entries = changes.len(),
-        "rules changed"
-    );
     Ok(Committed {
         version: next,
         previous_version: version,
         changed: true,
         dry_run: false,
         changes,
+        needs_approval: false,
+        pending: None,
     })
 }
 

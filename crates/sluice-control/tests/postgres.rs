@@ -29,10 +29,7 @@ impl Admin {
     async fn start(url: &str) -> Result<Admin> {
         let store = Arc::new(Store::new(url)?);
         store.migrate().await?;
-        let auth = AdminConfig {
-            admin_token: Some(ADMIN_TOKEN.into()),
-            read_token: Some(READ_TOKEN.into()),
-        };
+        let auth = AdminConfig::single(Some(ADMIN_TOKEN.into()), Some(READ_TOKEN.into()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -153,7 +150,7 @@ async fn migrations_are_idempotent_under_concurrency() -> Result<()> {
     for t in tasks {
         applied += t.await??.applied.len();
     }
-    assert_eq!(applied, 1, "migration 1 applied exactly once");
+    assert_eq!(applied, 2, "migrations 1 and 2 applied exactly once");
     let again = Store::new(&pg.url())?.migrate().await?;
     assert!(again.applied.is_empty());
     assert_eq!(again.schema_version, again.known);
@@ -162,7 +159,7 @@ async fn migrations_are_idempotent_under_concurrency() -> Result<()> {
     )?;
     assert_eq!(
         tables,
-        "sluice_changes,sluice_daemons,sluice_history,sluice_overrides,sluice_rules,sluice_schema_migrations,sluice_version"
+        "sluice_changes,sluice_daemons,sluice_history,sluice_overrides,sluice_pending,sluice_rules,sluice_schema_migrations,sluice_version"
     );
     Ok(())
 }

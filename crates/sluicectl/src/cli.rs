@@ -49,7 +49,8 @@ pub enum Command {
         /// Show the diff only.
         #[arg(long)]
         dry_run: bool,
-        /// Apply even if it tightens a rule more than 10×.
+        /// A change more than 10× tighter: hold it for another principal's approval
+        /// (`sluicectl approve ID`) instead of refusing it.
         #[arg(long)]
         force: bool,
     },
@@ -110,12 +111,28 @@ pub enum Command {
         /// Show the diff only.
         #[arg(long)]
         dry_run: bool,
-        /// Roll back even if it tightens a rule more than 10×.
+        /// A rollback more than 10× tighter: hold it for another principal's approval.
         #[arg(long)]
         force: bool,
     },
     /// Which rules version each daemon serves.
     Status,
+    /// Changes held for a second principal's approval (more than 10× tighter, forced).
+    Pending {
+        /// Also those expired, approved or rejected.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Approve a held change: it is applied as a new version. Not by the one who proposed it.
+    Approve {
+        /// The pending change's id (see `sluicectl pending`).
+        id: u64,
+    },
+    /// Reject a held change (its proposer may withdraw it too).
+    Reject {
+        /// The pending change's id.
+        id: u64,
+    },
     /// Every version of one rule, or the latest versions of everything.
     History {
         /// Rule id (omit for the change log).
@@ -207,7 +224,7 @@ pub enum OverrideCmd {
         /// Domain (when the rule id exists in several).
         #[arg(long)]
         domain: Option<String>,
-        /// Apply even if it tightens more than 10×.
+        /// More than 10× tighter: hold it for another principal's approval.
         #[arg(long)]
         force: bool,
     },

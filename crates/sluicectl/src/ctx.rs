@@ -128,7 +128,14 @@ impl Ctx {
             print!("{}", output::change(c));
         }
         let version = v["version"].as_u64().unwrap_or(0);
-        if v["dry_run"].as_bool() == Some(true) {
+        if let Some(id) = v["pending"]["id"].as_u64() {
+            return println!("{}", held_line(id, &v["pending"]));
+        }
+        if v["dry_run"].as_bool() == Some(true) && v["needs_approval"].as_bool() == Some(true) {
+            println!(
+                "dry run: more than 10× tighter: would be held for another principal's approval"
+            );
+        } else if v["dry_run"].as_bool() == Some(true) {
             if v["changed"].as_bool() == Some(true) {
                 println!("dry run: would be version {} (now {version})", version + 1);
             } else {
@@ -143,6 +150,15 @@ impl Ctx {
             println!("no changes (version {version})");
         }
     }
+}
+
+/// What a held change's answer says: its id and how to approve it.
+pub fn held_line(id: u64, p: &serde_json::Value) -> String {
+    format!(
+        "held as pending change {id} (proposed by {}, expires {}): another principal approves it with `sluicectl approve {id}`",
+        output::short(&p["principal"]),
+        output::short(&p["expires"])
+    )
 }
 
 pub fn domain_query(domain: &Option<String>) -> String {

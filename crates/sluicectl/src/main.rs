@@ -19,6 +19,7 @@
 //! - `rules`: `apply`, `get`, `delete`, `shadow` / `enforce` / `off`, `shadow-all`,
 //!   `rollback`.
 //! - `versions`: `status`, `history`, `export`.
+//! - `pending`: `pending`, `approve`, `reject`: changes held for a second principal.
 //! - `overrides`: `override list | set | delete`.
 //! - `check`: one check against a daemon's HTTP API.
 //! - `migrate`: the PostgreSQL schema.
@@ -32,6 +33,7 @@ mod import_envoy;
 mod migrate;
 mod output;
 mod overrides;
+mod pending;
 mod rules;
 mod versions;
 
@@ -65,6 +67,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::ShadowAll { domain } => rules::shadow_all(&ctx, domain)?,
         Command::Rollback { to, dry_run, force } => rules::rollback(&ctx, to, dry_run, force)?,
         Command::Status => versions::status(&ctx)?,
+        Command::Pending { all } => pending::list(&ctx, all)?,
+        Command::Approve { id } => pending::decide(&ctx, id, "approve")?,
+        Command::Reject { id } => pending::decide(&ctx, id, "reject")?,
         Command::History { id, domain, limit } => versions::history(&ctx, id, domain, limit)?,
         Command::Export { domain } => versions::export(&ctx, domain)?,
         Command::Override(cmd) => overrides::run(&ctx, cmd)?,

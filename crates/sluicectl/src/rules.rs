@@ -60,6 +60,8 @@ pub fn apply(ctx: &Ctx, file: PathBuf, dry_run: bool, force: bool) -> Result<()>
     )?;
     if ctx.format == Format::Json {
         ctx.print_json(&done);
+    } else if let Some(id) = done["pending"]["id"].as_u64() {
+        println!("{}", crate::ctx::held_line(id, &done["pending"]));
     } else {
         println!(
             "applied: version {} (was {})",

@@ -93,6 +93,7 @@ pub fn history(ctx: &Ctx, id: Option<String>, domain: Option<String>, limit: u32
                     vec![
                         output::short(&h["version"]),
                         output::short(&h["at"]),
+                        principals(h),
                         output::short(&h["actor"]),
                         output::short(&h["action"]),
                         what,
@@ -101,7 +102,10 @@ pub fn history(ctx: &Ctx, id: Option<String>, domain: Option<String>, limit: u32
                 .collect();
             print!(
                 "{}",
-                output::table(&["VERSION", "AT", "ACTOR", "ACTION", "RULE"], &rows)
+                output::table(
+                    &["VERSION", "AT", "PRINCIPAL", "ACTOR", "ACTION", "RULE"],
+                    &rows
+                )
             );
         }
         None => {
@@ -122,6 +126,7 @@ pub fn history(ctx: &Ctx, id: Option<String>, domain: Option<String>, limit: u32
                     vec![
                         output::short(&c["version"]),
                         output::short(&c["at"]),
+                        principals(c),
                         output::short(&c["actor"]),
                         output::short(&c["action"]),
                         output::short(&c["entries"]),
@@ -132,13 +137,29 @@ pub fn history(ctx: &Ctx, id: Option<String>, domain: Option<String>, limit: u32
             print!(
                 "{}",
                 output::table(
-                    &["VERSION", "AT", "ACTOR", "ACTION", "ENTRIES", "DETAIL"],
+                    &[
+                        "VERSION",
+                        "AT",
+                        "PRINCIPAL",
+                        "ACTOR",
+                        "ACTION",
+                        "ENTRIES",
+                        "DETAIL"
+                    ],
                     &rows
                 )
             );
         }
     }
     Ok(())
+}
+
+/// Who made a version: the principal, and `+ approver` for a change that was held.
+fn principals(v: &serde_json::Value) -> String {
+    match v["approved_by"].as_str() {
+        Some(by) => format!("{} + {by}", output::short(&v["principal"])),
+        None => output::short(&v["principal"]),
+    }
 }
 
 /// `export`: every domain as a rules file (or the server's JSON).

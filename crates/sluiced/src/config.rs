@@ -73,6 +73,13 @@ pub struct Config {
     pub admin_token: Option<crate::control::Secret>,
     /// Token for reads (else `SLUICE_READ_TOKEN`).
     pub read_token: Option<crate::control::Secret>,
+    /// Admin tokens, each naming its principal (`[{principal: alice, token_file: FILE}]`):
+    /// a forced tightening of more than 10x waits for a second principal's approval.
+    pub admin_tokens: Vec<sluice_control::admin::TokenSpec>,
+    /// Read tokens, likewise.
+    pub read_tokens: Vec<sluice_control::admin::TokenSpec>,
+    /// How long a held change waits for its approval, seconds.
+    pub pending_ttl_s: u64,
     /// Counter store.
     pub store: StoreConfig,
     /// Deadline of one store call, ms (the hot path's budget; no retries).
@@ -158,6 +165,9 @@ impl Default for Config {
             admin_addr: None,
             admin_token: None,
             read_token: None,
+            admin_tokens: Vec::new(),
+            read_tokens: Vec::new(),
+            pending_ttl_s: 24 * 3600,
             store: StoreConfig::default(),
             store_timeout_ms: 3,
             store_stale_after_ms: None,
@@ -199,6 +209,10 @@ impl Config {
         anyhow::ensure!(
             (1..=3600).contains(&self.poll_s),
             "poll_s must be 1 to 3600"
+        );
+        anyhow::ensure!(
+            (60..=30 * 24 * 3600).contains(&self.pending_ttl_s),
+            "pending_ttl_s must be 60 (a minute) to 2592000 (30 days)"
         );
         anyhow::ensure!(
             self.hot_keys.deny_entries <= 10_000_000 && self.hot_keys.leases <= 1_000_000,

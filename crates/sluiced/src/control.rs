@@ -48,13 +48,22 @@ pub fn admin_addr(cfg: &Config) -> Option<SocketAddr> {
         .or_else(|| cfg.postgres.is_some().then_some(DEFAULT_ADMIN_ADDR))
 }
 
-/// The tokens: from the config, else `SLUICE_ADMIN_TOKEN` / `SLUICE_READ_TOKEN`.
-pub fn admin_auth(cfg: &Config) -> AdminConfig {
-    AdminConfig {
-        admin_token: cfg.admin_token.as_ref().map(|s| s.0.clone()),
-        read_token: cfg.read_token.as_ref().map(|s| s.0.clone()),
+/// The tokens: from the config (`admin_token` is principal `admin`, `admin_tokens` name
+/// theirs; token files are read now), else `SLUICE_ADMIN_TOKEN` / `SLUICE_READ_TOKEN`.
+pub fn admin_auth(cfg: &Config) -> anyhow::Result<AdminConfig> {
+    let mut auth = AdminConfig::single(
+        cfg.admin_token.as_ref().map(|s| s.0.clone()),
+        cfg.read_token.as_ref().map(|s| s.0.clone()),
+    );
+    for t in &cfg.admin_tokens {
+        auth.admin.push(t.load()?);
     }
-    .or_env()
+    for t in &cfg.read_tokens {
+        auth.read.push(t.load()?);
+    }
+    let auth = auth.or_env();
+    auth.check()?;
+    Ok(auth)
 }
 
 /// Binds the admin listener, refusing a token-less API on a non-loopback address first.
@@ -62,7 +71,7 @@ pub async fn bind_admin(cfg: &Config) -> anyhow::Result<Option<TcpListener>> {
     let Some(addr) = admin_addr(cfg) else {
         return Ok(None);
     };
-    sluice_control::admin::check_exposure(addr, &admin_auth(cfg))?;
+    sluice_control::admin::check_exposure(addr, &admin_auth(cfg)?)?;
     let l = TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the admin API on {addr}"))?;
@@ -119,7 +128,9 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
     );
     let published = source.published();
     let task = source.spawn(stop);
-    let store = Arc::new(Store::new(url)?);
+    let store = Arc::new(
+        Store::new(url)?.with_pending_ttl(Duration::from_secs(cfg.pending_ttl_s)),
+    );
     Ok(Rules {
         published,
         task,
@@ -137,7 +148,14 @@ pub fn spawn_admin(
     guard: Arc<Guard>,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let auth = admin_auth(cfg);
+    let auth = match admin_auth(cfg) {
+        Ok(a) => a,
+        Err(e) => {
+            // Checked when the listener was bound; a token file gone since: fail closed.
+            tracing::error!(error = %e, "admin API not served");
+            return tokio::spawn(async {});
+        }
+    };
     let state = match &rules.store {
         Some(store) => AdminState::postgres(store.clone(), auth),
         None => AdminState::read_only(rules.published.clone(), auth),

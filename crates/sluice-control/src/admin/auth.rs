@@ -1,5 +1,5 @@
-//! Who may call the admin API: the tokens (admin for changes, read for reads, compared in
-//! constant time), the refusal to serve an open API beyond loopback, and the layer that
+//! Who may call the admin API: the tokens, each naming its principal (admin for changes, read
+//! for reads, compared in constant time), the refusal to serve an open API beyond loopback, and the layer that
 //! establishes the [`Caller`] of every request.
 
 use super::error::ApiError;
@@ -10,26 +10,117 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 
-/// Tokens, from configuration or the environment.
-#[derive(Clone, Default)]
-pub struct AdminConfig {
-    /// Required for writes (`SLUICE_ADMIN_TOKEN`); also allows reads.
-    pub admin_token: Option<String>,
-    /// Allows reads (`SLUICE_READ_TOKEN`).
-    pub read_token: Option<String>,
+/// One bearer token and the principal it authenticates: the name recorded with every change
+/// made with it, and the one a second approver must differ from.
+#[derive(Clone)]
+pub struct Token {
+    /// Who holds it (`alice`, `deploy-bot`).
+    pub principal: String,
+    /// The secret.
+    pub secret: String,
 }
 
-impl std::fmt::Debug for AdminConfig {
+impl Token {
+    /// A token for `principal`.
+    pub fn new(principal: impl Into<String>, secret: impl Into<String>) -> Token {
+        Token {
+            principal: principal.into(),
+            secret: secret.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print a token.
-        f.debug_struct("AdminConfig")
-            .field("admin_token", &self.admin_token.as_ref().map(|_| "<set>"))
-            .field("read_token", &self.read_token.as_ref().map(|_| "<set>"))
+        write!(f, "Token({:?}, <redacted>)", self.principal)
+    }
+}
+
+/// A token as configured (`admin_tokens: [{principal: alice, token_file: /run/secrets/alice}]`):
+/// the secret inline (`token`) or, better, in a file of its own (`token_file`, trimmed).
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSpec {
+    /// Who holds it.
+    pub principal: String,
+    /// The secret itself.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// A file holding the secret.
+    #[serde(default)]
+    pub token_file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for TokenSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenSpec")
+            .field("principal", &self.principal)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_file", &self.token_file)
             .finish()
     }
 }
 
+impl TokenSpec {
+    /// Reads the secret (from the file if one is named).
+    pub fn load(&self) -> Result<Token, AdminError> {
+        let bad = |m: String| AdminError::Tokens(format!("principal {:?}: {m}", self.principal));
+        let p = self.principal.trim();
+        if p.is_empty() || p.len() > 64 || p.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(bad(
+                "a principal is 1 to 64 characters without spaces".into()
+            ));
+        }
+        let secret = match (&self.token, &self.token_file) {
+            (Some(t), None) => t.trim().to_string(),
+            (None, Some(f)) => std::fs::read_to_string(f)
+                .map_err(|e| bad(format!("reading {}: {e}", f.display())))?
+                .trim()
+                .to_string(),
+            _ => return Err(bad("give exactly one of token and token_file".into())),
+        };
+        if secret.is_empty() {
+            return Err(bad("the token is empty".into()));
+        }
+        Ok(Token::new(p, secret))
+    }
+}
+
+/// Tokens, from configuration or the environment: admin tokens allow changes (and reads),
+/// read tokens only reads. Each names its principal.
+#[derive(Clone, Debug, Default)]
+pub struct AdminConfig {
+    /// Allowed to change rules.
+    pub admin: Vec<Token>,
+    /// Allowed to read.
+    pub read: Vec<Token>,
+}
+
+/// The principal of `SLUICE_ADMIN_TOKEN` (and of a single `admin_token` in the config).
+pub const ENV_ADMIN_PRINCIPAL: &str = "admin";
+/// The principal of `SLUICE_READ_TOKEN` (and of a single `read_token`).
+pub const ENV_READ_PRINCIPAL: &str = "read";
+/// The principal of every caller of an open (token-less, loopback-only) API: one principal,
+/// so a held change cannot be approved there.
+pub const ANONYMOUS: &str = "anonymous";
+
 impl AdminConfig {
+    /// One admin token (principal `admin`) and one read token (principal `read`), as
+    /// `SLUICE_ADMIN_TOKEN` and `SLUICE_READ_TOKEN` give them.
+    pub fn single(admin: Option<String>, read: Option<String>) -> AdminConfig {
+        AdminConfig {
+            admin: admin
+                .map(|t| Token::new(ENV_ADMIN_PRINCIPAL, t))
+                .into_iter()
+                .collect(),
+            read: read
+                .map(|t| Token::new(ENV_READ_PRINCIPAL, t))
+                .into_iter()
+                .collect(),
+        }
+    }
+
     /// Tokens from `SLUICE_ADMIN_TOKEN` and `SLUICE_READ_TOKEN` (empty = unset).
     pub fn from_env() -> AdminConfig {
         let var = |k| {
@@ -37,23 +128,45 @@ impl AdminConfig {
                 .ok()
                 .filter(|v: &String| !v.trim().is_empty())
         };
-        AdminConfig {
-            admin_token: var("SLUICE_ADMIN_TOKEN"),
-            read_token: var("SLUICE_READ_TOKEN"),
-        }
+        AdminConfig::single(var("SLUICE_ADMIN_TOKEN"), var("SLUICE_READ_TOKEN"))
     }
 
-    /// Fills what is unset here from the environment (configuration wins).
+    /// Fills what is unset here from the environment (configuration wins: the environment's
+    /// admin token counts only when no admin token is configured, likewise for reads).
     pub fn or_env(self) -> AdminConfig {
         let env = AdminConfig::from_env();
         AdminConfig {
-            admin_token: self.admin_token.or(env.admin_token),
-            read_token: self.read_token.or(env.read_token),
+            admin: if self.admin.is_empty() {
+                env.admin
+            } else {
+                self.admin
+            },
+            read: if self.read.is_empty() {
+                env.read
+            } else {
+                self.read
+            },
         }
     }
 
+    /// Refuses a secret given to two principals (which one made a change would be a guess).
+    pub fn check(&self) -> Result<(), AdminError> {
+        let all: Vec<&Token> = self.admin.iter().chain(&self.read).collect();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                if constant_time_eq(a.secret.as_bytes(), b.secret.as_bytes()) {
+                    return Err(AdminError::Tokens(format!(
+                        "principals {:?} and {:?} have the same token",
+                        a.principal, b.principal
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn open(&self) -> bool {
-        self.admin_token.is_none() && self.read_token.is_none()
+        self.admin.is_empty() && self.read.is_empty()
     }
 }
 
@@ -82,7 +195,8 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Who is asking, as established by the auth layer.
 #[derive(Clone, Debug)]
 pub(super) struct Caller {
-    pub(super) role: &'static str,
+    /// The token's principal ([`ANONYMOUS`] on an open API).
+    pub(super) principal: String,
 }
 
 pub(super) async fn authenticate(
@@ -95,8 +209,8 @@ pub(super) async fn authenticate(
     }
     let write = !matches!(*req.method(), Method::GET | Method::HEAD);
     let auth = &st.inner.auth;
-    let role = if auth.open() {
-        Ok("loopback (no token)")
+    let principal = if auth.open() {
+        Ok(ANONYMOUS.to_string())
     } else {
         let presented = req
             .headers()
@@ -107,39 +221,45 @@ pub(super) async fn authenticate(
                     .or_else(|| v.strip_prefix("bearer "))
             })
             .map(str::trim);
-        let is = |t: &Option<String>, p: &str| {
-            t.as_deref()
-                .is_some_and(|t| constant_time_eq(t.as_bytes(), p.as_bytes()))
+        // Every token is compared (no early exit), so the time does not say which matched.
+        let find = |ts: &[Token], p: &str| {
+            let mut found = None;
+            for t in ts {
+                if constant_time_eq(t.secret.as_bytes(), p.as_bytes()) && found.is_none() {
+                    found = Some(t.principal.clone());
+                }
+            }
+            found
         };
-        match presented {
+        match presented.map(|p| (find(&auth.admin, p), find(&auth.read, p))) {
             None => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "UNAUTHENTICATED",
-                "send Authorization: Bearer <token> (SLUICE_ADMIN_TOKEN for changes, \
-                 SLUICE_READ_TOKEN for reads)",
+                "send Authorization: Bearer <token> (an admin token for changes, a read \
+                 token for reads)",
             )),
-            Some(p) if is(&auth.admin_token, p) => Ok("admin token"),
-            Some(p) if is(&auth.read_token, p) => {
+            Some((Some(principal), _)) => Ok(principal),
+            Some((None, Some(principal))) => {
                 if write {
                     Err(ApiError::new(
                         StatusCode::FORBIDDEN,
                         "PERMISSION_DENIED",
-                        "the read token cannot change rules; use SLUICE_ADMIN_TOKEN",
+                        "a read token cannot change rules; use an admin token",
                     ))
                 } else {
-                    Ok("read token")
+                    Ok(principal)
                 }
             }
-            Some(_) => Err(ApiError::new(
+            Some((None, None)) => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "UNAUTHENTICATED",
                 "the token is not valid here",
             )),
         }
     };
-    match role {
-        Ok(role) => {
-            req.extensions_mut().insert(Caller { role });
+    match principal {
+        Ok(principal) => {
+            req.extensions_mut().insert(Caller { principal });
             next.run(req).await
         }
         Err(e) => {
@@ -173,14 +293,47 @@ mod tests {
             check_exposure(any, &open),
             Err(AdminError::Insecure { .. })
         ));
-        let with = AdminConfig {
-            admin_token: Some("hunter2".into()),
-            read_token: None,
-        };
+        let with = AdminConfig::single(Some("hunter2".into()), None);
         assert!(check_exposure(any, &with).is_ok());
         assert!(
             !format!("{with:?}").contains("hunter2"),
             "tokens are never printed"
         );
+    }
+
+    #[test]
+    fn token_specs_load_and_a_shared_secret_is_refused() {
+        let dir = std::env::temp_dir().join(format!("sluice-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("alice");
+        std::fs::write(&file, "alice-secret\n").expect("write");
+        let from_file = TokenSpec {
+            principal: "alice".into(),
+            token: None,
+            token_file: Some(file),
+        };
+        let t = from_file.load().expect("loads");
+        assert_eq!(
+            (t.principal.as_str(), t.secret.as_str()),
+            ("alice", "alice-secret")
+        );
+        assert!(!format!("{t:?}").contains("alice-secret"));
+        let both = TokenSpec {
+            token: Some("x".into()),
+            ..from_file.clone()
+        };
+        assert!(both.load().is_err(), "token and token_file together");
+        let spaced = TokenSpec {
+            principal: "a b".into(),
+            token: Some("x".into()),
+            token_file: None,
+        };
+        assert!(spaced.load().is_err());
+        let shared = AdminConfig {
+            admin: vec![Token::new("alice", "same"), Token::new("bob", "same")],
+            read: vec![],
+        };
+        assert!(shared.check().is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

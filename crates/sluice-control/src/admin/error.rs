@@ -85,6 +85,11 @@ impl From<CommitError> for ApiError {
                     message,
                 )
             },
+            CommitError::SamePrincipal(_) => {
+                ApiError::new(StatusCode::FORBIDDEN, "PERMISSION_DENIED", message)
+            }
+            CommitError::Decided(_) => ApiError::new(StatusCode::CONFLICT, "CONFLICT", message),
+            CommitError::Expired(_) => ApiError::new(StatusCode::GONE, "EXPIRED", message),
             CommitError::Conflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "CONFLICT", message)
             }

@@ -21,6 +21,8 @@
 //! GET    /v1/overrides[?domain=D]
 //! PUT    /v1/overrides/{rule}/{name=value,...}  numbers or {"exempt":true}; rule `*` = all
 //! DELETE /v1/overrides/{rule}/{name=value,...}
+//! GET    /v1/pending[?all=true]               changes held for a second principal
+//! POST   /v1/pending/{id}:approve | :reject   another principal applies it, or anyone drops it
 //! GET    /healthz                             no token needed
 //! ```
 //!
@@ -28,11 +30,12 @@
 //! and `dry_run` are query flags (`?force=true`) or, for POSTs with a JSON body, fields.
 //! Errors are `{"error": {"code", "message", "problems"?, "retryable"}}`.
 //!
-//! Auth: `SLUICE_ADMIN_TOKEN` for writes, `SLUICE_READ_TOKEN` (or the admin token) for reads,
-//! as `Authorization: Bearer <token>`, compared in constant time. With no token configured
-//! the API is open, and [`serve_admin`] refuses to listen on anything but loopback.
-//! `X-Sluice-Actor: alice` names who made a change in the history (self-declared: the token
-//! is what authenticates).
+//! Auth: admin tokens for writes, read tokens (or an admin token) for reads, as
+//! `Authorization: Bearer <token>`, compared in constant time. Each token names a principal
+//! (`SLUICE_ADMIN_TOKEN` is `admin`), recorded with every version; a forced tightening of
+//! more than 10× is held until a different principal approves it. With no token configured
+//! the API is open (one principal, `anonymous`), and [`serve_admin`] refuses to listen on
+//! anything but loopback. `X-Sluice-Actor: alice` adds a self-declared name to the history.
 //!
 //! # Layout
 //!
@@ -42,15 +45,20 @@
 //! - `rules`: one rule (`/v1/rules`, `/v1/rules/{id}`).
 //! - `versions`: the whole set and its versions (`/v1/rules:apply`, `:rollback`, …).
 //! - `overrides`: `/v1/overrides`.
+//! - `pending`: `/v1/pending`: held changes, approve and reject.
 
 mod auth;
 mod error;
 mod overrides;
+mod pending;
 mod request;
 mod rules;
 mod versions;
 
-pub use auth::{AdminConfig, check_exposure, constant_time_eq};
+pub use auth::{
+    ANONYMOUS, AdminConfig, ENV_ADMIN_PRINCIPAL, ENV_READ_PRINCIPAL, Token, TokenSpec,
+    check_exposure, constant_time_eq,
+};
 
 use crate::Published;
 use crate::model::State;
@@ -63,6 +71,7 @@ use axum::middleware;
 use axum::routing::{get, post, put};
 use error::ApiError;
 use overrides::{delete_override, list_overrides, put_override};
+use pending::{list_pending, pending_action};
 use rules::{delete_rule, get_rule, list_rules, put_rule, rule_action, rule_history};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -86,6 +95,9 @@ pub enum AdminError {
         /// The address asked for.
         addr: SocketAddr,
     },
+    /// A configured token is unusable (unreadable file, empty, shared by two principals).
+    #[error("admin tokens: {0}")]
+    Tokens(String),
     /// The listener failed.
     #[error("admin API: {0}")]
     Io(#[from] std::io::Error),
@@ -178,6 +190,8 @@ pub fn router(state: AdminState) -> Router {
                 .post(rule_action),
         )
         .route("/v1/rules/{id}/history", get(rule_history))
+        .route("/v1/pending", get(list_pending))
+        .route("/v1/pending/{id}", post(pending_action))
         .route("/v1/overrides", get(list_overrides))
         .route(
             "/v1/overrides/{rule}/{identity}",
@@ -202,6 +216,7 @@ where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
     let addr = listener.local_addr()?;
+    state.inner.auth.check()?;
     check_exposure(addr, &state.inner.auth)?;
     tracing::info!(%addr, read_only = state.inner.store.is_none(), auth = !state.inner.auth.open(), "admin API listening");
     axum::serve(listener, router(state))

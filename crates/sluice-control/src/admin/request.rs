@@ -11,6 +11,7 @@ use axum::body::Bytes;
 use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
+use axum::response::IntoResponse as _;
 use serde_json::Value;
 use std::convert::Infallible;
 
@@ -96,18 +97,20 @@ fn options(
     caller: Option<&Caller>,
     q: &Query,
 ) -> Result<CommitOptions, ApiError> {
-    let role = caller.map_or("unknown", |c| c.role);
+    let principal = caller.map_or_else(|| super::ANONYMOUS.to_string(), |c| c.principal.clone());
     let actor = headers
         .get("x-sluice-actor")
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|a| !a.is_empty() && a.len() <= 128 && a.chars().all(|c| !c.is_control()))
-        .map_or_else(|| role.to_string(), |a| format!("{a} ({role})"));
+        .map_or_else(|| principal.clone(), str::to_string);
     Ok(CommitOptions {
         actor,
+        principal,
         force: q.flag("force")?,
         dry_run: q.flag("dry_run")?,
         expect_version: None,
+        approval: None,
     })
 }
 
@@ -121,7 +124,13 @@ pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
 
 async fn commit(st: &AdminState, edit: Edit, opts: CommitOptions) -> ApiResult {
     let done = st.store()?.commit(&edit, &opts).await?;
-    ok(serde_json::to_value(done).map_err(|e| ApiError::internal(&e.to_string()))?)
+    let held = done.pending.is_some();
+    let v = serde_json::to_value(done).map_err(|e| ApiError::internal(&e.to_string()))?;
+    if held {
+        // Accepted, not applied: it waits for a second principal.
+        return Ok((axum::http::StatusCode::ACCEPTED, axum::Json(v)).into_response());
+    }
+    ok(v)
 }
 
 /// What every change request brings besides its path and body: the query (`domain`, `force`,
