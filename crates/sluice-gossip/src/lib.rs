@@ -27,6 +27,7 @@
 //! # Layout
 //!
 //! - [`wire`]: frames, HMAC, the protobuf messages.
+//! - `keyring`: the shared keys, two during a rotation, replaced without a restart.
 //! - [`pack`]: a selection to datagram-sized packets and back.
 //! - [`metrics`]: counters for `/metrics`.
 //! - [`node`]: the running node ([`Node`]): socket, chitchat, ship and receive tasks.
@@ -34,6 +35,7 @@
 //!   to.
 //! - `transport`: chitchat's transport over the shared, framed socket.
 
+mod keyring;
 pub mod metrics;
 pub mod node;
 pub mod pack;

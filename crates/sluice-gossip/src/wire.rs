@@ -21,8 +21,7 @@
 //! so that no build step is needed; [`tests::field_numbers_match_the_proto`] holds it to the
 //! `.proto` file.
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use crate::keyring::KeyRing;
 
 /// The first bytes of every frame.
 pub const MAGIC: &[u8; 3] = b"SLG";
@@ -124,7 +123,7 @@ impl Reject {
     }
 }
 
-/// Why a frame codec could not be built.
+/// Why a frame codec could not be built, or its keys not changed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
     /// The cluster id must be 1 to 255 bytes.
@@ -133,13 +132,20 @@ pub enum CodecError {
     /// The key is too short to be a secret.
     #[error("gossip key must be at least {MIN_KEY_LEN} bytes, got {0}")]
     KeyTooShort(usize),
+    /// A key ring holds one key, or two during a rotation.
+    #[error("a gossip key file holds 1 or {MAX_KEYS} keys (one per line), got {0}", MAX_KEYS = crate::keyring::MAX_KEYS)]
+    KeyCount(usize),
+    /// Authentication is chosen at start: a running daemon cannot turn it on or off, since
+    /// its peers would drop its frames (or it theirs) until they all restarted.
+    #[error("gossip started without a key: a key can only be added with a restart")]
+    Unkeyed,
 }
 
-/// Seals and opens frames for one cluster, with an optional shared key.
-#[derive(Clone)]
+/// Seals and opens frames for one cluster, with optional shared keys (several during a
+/// rotation: [`FrameCodec::set_keys`]).
 pub struct FrameCodec {
     cluster: Vec<u8>,
-    key: Option<Hmac<Sha256>>,
+    key: Option<KeyRing>,
 }
 
 impl std::fmt::Debug for FrameCodec {
@@ -147,7 +153,7 @@ impl std::fmt::Debug for FrameCodec {
         // Never print key material.
         f.debug_struct("FrameCodec")
             .field("cluster", &String::from_utf8_lossy(&self.cluster))
-            .field("keyed", &self.key.is_some())
+            .field("keys", &self.key.as_ref().map_or(0, KeyRing::len))
             .finish()
     }
 }
@@ -155,21 +161,39 @@ impl std::fmt::Debug for FrameCodec {
 impl FrameCodec {
     /// A codec for `cluster_id`, authenticating with `key` when given.
     pub fn new(cluster_id: &str, key: Option<&[u8]>) -> Result<FrameCodec, CodecError> {
+        FrameCodec::with_keys(cluster_id, key.as_slice())
+    }
+
+    /// A codec for `cluster_id` with a key ring: the first key seals, every key opens. No
+    /// keys: frames are not authenticated.
+    pub fn with_keys(cluster_id: &str, keys: &[&[u8]]) -> Result<FrameCodec, CodecError> {
         if cluster_id.is_empty() || cluster_id.len() > 255 {
             return Err(CodecError::ClusterId(cluster_id.len()));
         }
-        let key = match key {
-            None => None,
-            Some(k) if k.len() < MIN_KEY_LEN => return Err(CodecError::KeyTooShort(k.len())),
-            // HMAC takes keys of any length: this cannot fail, but is not unwrapped.
-            Some(k) => Some(
-                Hmac::<Sha256>::new_from_slice(k).map_err(|_| CodecError::KeyTooShort(k.len()))?,
-            ),
+        let key = match keys {
+            [] => None,
+            _ => Some(KeyRing::new(keys)?),
         };
         Ok(FrameCodec {
             cluster: cluster_id.as_bytes().to_vec(),
             key,
         })
+    }
+
+    /// Replaces the keys of a keyed codec, for a rotation without a restart; refused whole
+    /// (the old keys stay) when a key is too short, there are none or too many, or the
+    /// codec was built without a key.
+    pub fn set_keys(&self, keys: &[&[u8]]) -> Result<(), CodecError> {
+        match &self.key {
+            None => Err(CodecError::Unkeyed),
+            Some(ring) => ring.replace(keys),
+        }
+    }
+
+    /// Frames opened with a key other than the sealing one so far: while it still rises,
+    /// some peer seals with an older key, which must not be dropped yet.
+    pub fn older_key_opens(&self) -> u64 {
+        self.key.as_ref().map_or(0, KeyRing::older_key_opens)
     }
 
     /// Whether frames are authenticated.
@@ -189,14 +213,12 @@ impl FrameCodec {
         out.extend_from_slice(MAGIC);
         out.push(kind.code());
         out.push(if self.key.is_some() { FLAG_TAGGED } else { 0 });
-        // The length was checked in `new`.
+        // The length was checked in `with_keys`.
         out.push(self.cluster.len() as u8);
         out.extend_from_slice(&self.cluster);
         out.extend_from_slice(payload);
-        if let Some(key) = &self.key {
-            let mut mac = key.clone();
-            mac.update(out);
-            let tag = mac.finalize().into_bytes();
+        if let Some(ring) = &self.key {
+            let tag = ring.tag(out);
             out.extend_from_slice(&tag);
         }
     }
@@ -219,14 +241,13 @@ impl FrameCodec {
             return Err(Reject::WrongCluster);
         }
         let body_end = frame.len() - tag_len;
-        if let Some(key) = &self.key {
+        if let Some(ring) = &self.key {
             if !tagged {
                 return Err(Reject::Unauthenticated);
             }
-            let mut mac = key.clone();
-            mac.update(&frame[..body_end]);
-            mac.verify_slice(&frame[body_end..])
-                .map_err(|_| Reject::BadTag)?;
+            if !ring.verify(&frame[..body_end], &frame[body_end..]) {
+                return Err(Reject::BadTag);
+            }
         }
         Ok((kind, &frame[body_start..body_end]))
     }
