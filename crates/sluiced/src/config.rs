@@ -122,6 +122,9 @@ pub struct Config {
     /// The hot-key layer's memory (docs/hot-keys.md); each rule's `hot_keys` block says what
     /// it may do.
     pub hot_keys: HotKeysConfig,
+    /// The decision log: a sampled record of recent checks on local disk, on by default
+    /// (docs/decision-log.md).
+    pub decision_log: crate::decisions::DecisionLogConfig,
     /// Threads: 0 = one per CPU the process may use; 1 = the whole daemon on one
     /// single-threaded runtime (what a daemon pinned to one CPU gets with 0); more: the gRPC
     /// and HTTP connections on that many connection threads ([`crate::workers`]), the rest
@@ -186,6 +189,7 @@ impl Default for Config {
             gossip: crate::regions::GossipConfig::default(),
             limits: crate::limits::LimitsConfig::default(),
             hot_keys: HotKeysConfig::default(),
+            decision_log: crate::decisions::DecisionLogConfig::default(),
             worker_threads: 0,
         }
     }
@@ -243,6 +247,7 @@ impl Config {
         self.gossip.validate()?;
         self.limits.validate()?;
         self.tls.validate()?;
+        self.decision_log.resolve()?;
         Ok(())
     }
 

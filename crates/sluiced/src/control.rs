@@ -139,12 +139,14 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
 }
 
 /// Serves the admin API on `listener` until `stop`: read-write over PostgreSQL, read-only
-/// over the file source; within the port limits of `guard` (connections, header and body
-/// deadlines; the API's own body caps per route).
+/// over the file source, plus the daemon's own `extra` routes (the decision log) behind the
+/// same tokens; within the port limits of `guard` (connections, header and body deadlines;
+/// the API's own body caps per route).
 pub fn spawn_admin(
     cfg: &Config,
     listener: TcpListener,
     rules: &Rules,
+    extra: Option<axum::Router>,
     guard: Arc<Guard>,
     stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
@@ -165,7 +167,11 @@ pub fn spawn_admin(
         port: Port::Admin,
         max_bytes: None,
     };
-    let app = sluice_control::admin::router(state).layer(axum::middleware::from_fn_with_state(
+    let mut app = sluice_control::admin::router(state.clone());
+    if let Some(extra) = extra {
+        app = app.merge(sluice_control::admin::behind_tokens(&state, extra));
+    }
+    let app = app.layer(axum::middleware::from_fn_with_state(
         bounds,
         crate::limits::bounded_body,
     ));

@@ -85,6 +85,8 @@ pub struct Engine {
     pub journal: Option<Arc<crate::journal::Journal>>,
     /// The hot-key layer: cached refusals and leases (none: every call asks the store).
     pub hot: Option<Arc<crate::hot::HotKeys>>,
+    /// The decision log: a sampled record of checks on local disk (none: off).
+    pub decisions: Option<Arc<crate::decisions::DecisionLog>>,
     /// One guard per store shard (shard index modulo [`BREAKERS`]); without a breaker for a
     /// store without outages.
     guards: Vec<Mutex<StoreGuard>>,
@@ -124,6 +126,7 @@ impl Engine {
             usage: None,
             journal: None,
             hot: None,
+            decisions: None,
             daemon_tag,
             seq: AtomicU64::new(0),
         }
@@ -333,6 +336,15 @@ impl Engine {
         self.count(dom, &decision);
         if !decision.shadow_denied.is_empty() {
             log_shadow(&p, &answers);
+        }
+        if let Some(log) = &self.decisions {
+            let c = crate::decisions::record::Check {
+                descriptors: d,
+                cost,
+                request_id,
+                now,
+            };
+            log.observe(&dom.name, &p, &decision, &c);
         }
         if let Some(u) = &self.usage {
             u.observe(&p, &answers, now);

@@ -14,6 +14,7 @@
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port: the
 //!   service, descriptor translation, and the response (statuses, headers).
+//! - [`decisions`]: the decision log: sampled checks on local disk, `GET /v1/decisions`.
 //! - [`hot`]: the hot-key layer's shell (deny cache, leases, give-backs).
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
 //! - [`limits`]: resource limits and self-protection (sizes, deadlines, connections, checks
@@ -28,6 +29,7 @@
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod decisions;
 pub mod engine;
 pub mod envoy;
 pub mod grpc;
@@ -140,6 +142,20 @@ pub async fn run(
         ));
         engine.metrics.add_exporter(hot.clone());
         engine.hot = Some(hot);
+    }
+    if cfg.decision_log.enabled {
+        let dir = cfg
+            .decision_log
+            .dir_for(listeners.http.local_addr()?.port());
+        // The log is on by default: a directory it cannot write turns it off, not the daemon.
+        match decisions::DecisionLog::start(&cfg.decision_log, &dir) {
+            Ok(log) => {
+                tracing::info!(dir = %dir.display(), "decision log on");
+                engine.metrics.add_exporter(log.clone());
+                engine.decisions = Some(log);
+            }
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "decision log off"),
+        }
     }
     // Regions: other regions' figures into global rules, this region's out (regions.rs).
     let regions = regions::start(&cfg, published.clone(), &engine.metrics).await?;
@@ -265,9 +281,10 @@ pub async fn run(
             workers.clone(),
         ))
     };
-    let admin = listeners
-        .admin
-        .map(|l| control::spawn_admin(&cfg, l, &rules, guard.clone(), stop_rx.clone()));
+    let admin = listeners.admin.map(|l| {
+        let extra = engine.decisions.clone().map(decisions::api::router);
+        control::spawn_admin(&cfg, l, &rules, extra, guard.clone(), stop_rx.clone())
+    });
     tracing::info!(%http_addr, %grpc_addr, region = %cfg.region, daemon = %cfg.daemon_id(), "sluiced serving");
 
     shutdown.await;

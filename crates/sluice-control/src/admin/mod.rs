@@ -41,6 +41,7 @@
 //!
 //! - `auth`: tokens ([`AdminConfig`]), the loopback rule for an open API, the auth layer.
 //! - `error`: the error answer every handler returns.
+//! - `extra`: a daemon's own routes behind the same tokens ([`behind_tokens`]).
 //! - `request`: what a request brings: the query, the JSON body, the commit options.
 //! - `rules`: one rule (`/v1/rules`, `/v1/rules/{id}`).
 //! - `versions`: the whole set and its versions (`/v1/rules:apply`, `:rollback`, …).
@@ -49,6 +50,8 @@
 
 mod auth;
 mod error;
+mod extra;
+pub use extra::behind_tokens;
 mod overrides;
 mod pending;
 mod request;
