@@ -252,6 +252,17 @@ local function used_after(it, used, cost)
     return used
 end
 
+-- core: token_bucket::kept_past_full. A bucket carrying a shared figure (seen or used) keeps
+-- its key one refill period past full, so a region taking under the rate keeps counting used
+-- (region-scope buckets carry neither and expire at full). The TTL is capped at 2^53 - 1:
+-- rounding is monotone, so the min gives the core's figure.
+local function kept_ttl(to_full, seen, used, period)
+    if seen > 0 or used > 0 then
+        return min(to_full + period, MAX_USED)
+    end
+    return to_full
+end
+
 -- core: token_bucket::usage
 local function bucket_usage(it, used, remaining)
     if it.rprev ~= 0 then
@@ -355,7 +366,7 @@ local function tb_take(it, st, now, cost)
             value = value .. ' ' .. fmt(used)
         end
     end
-    put_string(it.key, value, ceil_div(cap - tokens, rate))
+    put_string(it.key, value, kept_ttl(ceil_div(cap - tokens, rate), seen, used, ceil_div(cap, rate)))
 end
 
 ---------------------------------------------------------------------------------------------
@@ -435,7 +446,7 @@ local function gcra_take(it, st, now, cost)
     elseif seen > 0 then
         value = value .. ' ' .. fmt(seen)
     end
-    put_string(it.key, value, tat - now)
+    put_string(it.key, value, kept_ttl(tat - now, seen, used, t * burst))
 end
 
 ---------------------------------------------------------------------------------------------

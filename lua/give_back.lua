@@ -17,7 +17,8 @@
 -- - sliding window: likewise for the current counter; the previous counter is never touched.
 -- - sliding log, concurrency: cannot be leased (SLUICE_BADARG).
 -- Absent state (a full bucket, an empty window) has nothing to give back to. A written key
--- gets the TTL check.lua's take would give that state; a bucket full again is deleted.
+-- gets the TTL check.lua's take would give that state; a region-scope bucket full again is
+-- deleted, a shared one kept a refill period.
 --
 -- Clock: `now` is the daemon's, as for a check; Redis's clock is never read.
 --
@@ -158,6 +159,15 @@ if units == 0 then
     return 0
 end
 
+-- check.lua's kept_ttl (core: token_bucket::kept_past_full): a bucket carrying a shared
+-- figure keeps its key one refill period past full.
+local function kept_ttl(to_full, seen, used, period)
+    if seen > 0 or used > 0 then
+        return min(to_full + period, MAX_EXACT)
+    end
+    return to_full
+end
+
 ---------------------------------------------------------------------------------------------
 -- token_bucket: "ts" or "tokens ts seen [used]" (check.lua's tb_load / tb_take)
 
@@ -201,7 +211,7 @@ if code == 1 then
             value = value .. ' ' .. fmt(used)
         end
     end
-    put_string(key, value, ceil_div(cap - tokens, rate))
+    put_string(key, value, kept_ttl(ceil_div(cap - tokens, rate), seen, used, ceil_div(cap, rate)))
     return 1
 end
 
@@ -232,7 +242,7 @@ if code == 2 then
     elseif seen > 0 then
         value = value .. ' ' .. fmt(seen)
     end
-    put_string(key, value, tat - now)
+    put_string(key, value, kept_ttl(tat - now, seen, used, p1 * p2))
     return 1
 end
 

@@ -110,6 +110,12 @@ macro_rules! suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn shared_bucket_under_its_rate_keeps_counting() {
+                let f = $fixture().await;
+                cases::shared_bucket_under_its_rate_keeps_counting(&*f.store, "").await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn huge_charged_refusal_on_a_log() {
                 let f = $fixture().await;
                 cases::huge_charged_refusal_on_a_log(&*f.store, "").await;

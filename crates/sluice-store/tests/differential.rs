@@ -323,6 +323,20 @@ struct Tally {
     by_alg: [u64; 7],
     /// Token bucket states stored as one integer (the normalized form) and with fields.
     tb_forms: [u64; 2],
+    /// Bucket writes kept past full (a shared figure: `seen` or `used`), and of those the
+    /// ones written full, whose TTL is the refill period alone.
+    kept: u64,
+    kept_full: u64,
+}
+
+/// Counts a bucket write whose key outlives its refill (`token_bucket::kept_past_full`).
+fn tally_kept(tally: &mut Tally, params: &Params, st: &State, ttl: Micros) {
+    if let State::TokenBucket { seen, used, .. } | State::Gcra { seen, used, .. } = st
+        && (*seen > 0 || *used > 0)
+    {
+        tally.kept += 1;
+        tally.kept_full += u64::from(ttl == params.window());
+    }
 }
 
 /// Runs one call through the script (in MULTI/EXEC with PTTL and PERSIST of its keys) and
@@ -463,6 +477,7 @@ core: {want:#?}"
                 "TTL after a give-back: {pttl} ms, core says {ttl} µs: {}",
                 ctx()
             );
+            tally_kept(tally, &item.params, &st, ttl);
             states[i] = (ttl > 0).then_some(st);
             tally.gave_back[a] += 1;
         }
@@ -576,8 +591,9 @@ fn run_sequence(
             }
             k += item_keys(item, now).len();
         }
-        for (s, w) in states.iter_mut().zip(writes) {
+        for ((s, w), item) in states.iter_mut().zip(writes).zip(&call.items) {
             if let Write::Put(st, ttl) = w {
+                tally_kept(tally, &item.params, &st, ttl);
                 *s = (ttl > 0).then_some(st);
             }
         }
@@ -774,6 +790,77 @@ fn used_saturates_alike_near_2_pow_53() {
     }
 }
 
+/// A shared bucket a region takes under its rate (1 every 111 ms on 10/s, burst 100) keeps
+/// its key between takes alike, so `used` counts every take; a region-scope one is due to
+/// expire before the next take, as before (its TTL is the refill of one token).
+#[test]
+fn a_shared_bucket_under_its_rate_keeps_counting_alike() {
+    let server = redis();
+    let (mut conn, sha) = script_loaded(&server);
+    let t0: Micros = 1_700_000_000 * SECOND;
+    let gap = 111 * MILLI;
+    let rate = Rate::per_second(10);
+    for (i, params) in [
+        Params::TokenBucket { rate, burst: 100 },
+        Params::Gcra { rate, burst: 100 },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for shared in [true, false] {
+            let item = Item {
+                key: format!("sl:{{under{i}{shared}}}:rule"),
+                params: params.clone(),
+                enforce: true,
+                charge_rejected: false,
+                remote: Remote {
+                    cur: 0,
+                    prev: u64::from(shared),
+                },
+            };
+            let mut state: Option<State> = None;
+            for k in 1..=30u64 {
+                let now = t0 + k * gap;
+                let call = Call {
+                    now,
+                    cost: 1,
+                    request_id: "r".into(),
+                    items: vec![item.clone()],
+                };
+                let states = vec![state.clone()];
+                let (want, writes) = apply(&call, &states);
+                let (got, pttls) = run_script(&mut conn, &sha, &call);
+                assert_eq!(got, want, "{}: take {k}", item.key);
+                let Write::Put(st, ttl) = &writes[0] else {
+                    panic!("a take writes");
+                };
+                assert!(
+                    ttl_matches(pttls[0], *ttl),
+                    "{}: {} ms, {ttl} µs",
+                    item.key,
+                    pttls[0]
+                );
+                if shared {
+                    assert_eq!(want.outcomes[0].usage, k, "{}", item.key);
+                    assert!(*ttl > gap, "{}: {ttl}", item.key);
+                } else {
+                    assert!(*ttl < gap, "{}: {ttl}", item.key);
+                }
+                // The key lives to the next take only while its TTL covers the gap.
+                state = (*ttl > gap).then(|| st.clone());
+                let (in_redis, in_core) = stored_vs_model(&mut conn, &item, Some(st), now);
+                assert_eq!(in_redis, in_core, "{}: take {k}", item.key);
+                if state.is_none() {
+                    let _: () = redis::cmd("DEL")
+                        .arg(&item.key)
+                        .query(&mut conn)
+                        .expect("DEL");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn lua_and_rust_agree_on_random_sequences() {
     let server = redis();
@@ -812,6 +899,8 @@ fn lua_and_rust_agree_on_random_sequences() {
         assert!(tally.by_alg.iter().all(|n| *n > 1_000), "{tally:?}");
         // Both ways a bucket is stored were compared, many times each.
         assert!(tally.tb_forms.iter().all(|n| *n > 200), "{tally:?}");
+        // Shared buckets kept past full, some of them written full.
+        assert!(tally.kept > 200 && tally.kept_full > 10, "{tally:?}");
         // Every leasable algorithm was given back to, with and without effect.
         for (i, alg) in ALL.iter().enumerate() {
             if leasable(*alg) {

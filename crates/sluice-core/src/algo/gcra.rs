@@ -5,14 +5,25 @@
 //! (`10/1m`: 6 s, `1/1h`, 1,000/s). Where that rounding matters (above ~10,000/s) use
 //! `token_bucket`, which is exact at every rate.
 
-use super::token_bucket::{usage, used_after};
-use super::{Outcome, Rate, Request, State, probe_cost};
+use super::token_bucket::{kept_past_full, usage, used_after};
+use super::{MAX_USED, Outcome, Rate, Request, State, probe_cost};
 use crate::time::Micros;
 
 /// How long a TAT stays meaningful at `now` (its store TTL): until it is `now` or earlier,
-/// when absent state says the same. The one expiry rule of GCRA (`take`, `give_back`).
-pub(super) fn ttl(tat: Micros, now: Micros) -> Micros {
+/// when absent state says the same; a GCRA that carries a shared figure (`seen` or `used`)
+/// one tolerance (`burst` intervals, its refill period) longer, for the reason
+/// [`kept_past_full`] gives. The one expiry rule of GCRA (`take`, `give_back`).
+pub(super) fn ttl(
+    rate: Rate,
+    burst: u64,
+    tat: Micros,
+    now: Micros,
+    seen: u64,
+    used: u64,
+) -> Micros {
     tat.saturating_sub(now)
+        .saturating_add(kept_past_full(seen, used, rate.interval() * burst))
+        .min(MAX_USED)
 }
 
 /// TAT at `now` (never in the past), with fresh remote consumption applied up to one burst
@@ -95,7 +106,10 @@ pub(super) fn take(
     // A charged refusal may not push the TAT beyond one full burst of debt.
     let tat = (tat + req.cost * t).min(req.now + t * burst);
     let used = used_after(used, req.cost, burst, req);
-    (State::Gcra { tat, seen, used }, ttl(tat, req.now))
+    (
+        State::Gcra { tat, seen, used },
+        ttl(rate, burst, tat, req.now, seen, used),
+    )
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@
 //!
 //! Absent state (a full bucket, an empty window) has nothing to give back to. A written state
 //! gets the TTL `take` would give it, from the algorithm's own expiry rule; a TTL of 0 (a
-//! bucket full again) means delete, as for `take`.
+//! region-scope bucket full again) means delete, as for `take`. A shared bucket filled by a
+//! give-back keeps its key a refill period, as a full one does after a take.
 
 use super::{Kind, Params, Remote, Request, State};
 use super::{fixed_window, gcra, sliding_window, token_bucket};
@@ -76,10 +77,10 @@ pub fn give_back(
             let tokens = (tokens + g.units.min(burst) * scale).min(burst * scale);
             Some((
                 token_bucket::normalize(tokens, ts, seen, used, rate.units()),
-                token_bucket::ttl(rate, burst, tokens),
+                token_bucket::ttl(rate, burst, tokens, seen, used),
             ))
         }
-        (Params::Gcra { rate, .. }, State::Gcra { tat, seen, used }) => {
+        (Params::Gcra { rate, burst }, State::Gcra { tat, seen, used }) => {
             let back = g.units.saturating_mul(rate.interval());
             let tat = tat.saturating_sub(back).max(g.now);
             Some((
@@ -88,7 +89,7 @@ pub fn give_back(
                     seen: *seen,
                     used: *used,
                 },
-                gcra::ttl(tat, g.now),
+                gcra::ttl(*rate, *burst, tat, g.now, *seen, *used),
             ))
         }
         (Params::FixedWindow { window, .. }, State::FixedWindow { start, count }) => {
@@ -270,7 +271,9 @@ mod tests {
             ..req(T0, 10)
         };
         let (st, _) = take(&p, None, &shared);
-        let (back, _) = give_back(&p, Some(&st), &g(10, T0, T0)).expect("written");
+        let (back, ttl) = give_back(&p, Some(&st), &g(10, T0, T0)).expect("written");
+        // Full again, but shared: kept one refill period (20 s), not deleted.
+        assert_eq!(ttl, 20 * SECOND);
         assert!(
             matches!(
                 back,
@@ -287,7 +290,9 @@ mod tests {
             burst: 20,
         };
         let (st, _) = take(&gp, None, &shared);
-        let (back, _) = give_back(&gp, Some(&st), &g(4, T0, T0)).expect("written");
+        let (back, ttl) = give_back(&gp, Some(&st), &g(4, T0, T0)).expect("written");
+        // The TAT's 0.6 s, then one tolerance (20 intervals of 0.1 s).
+        assert_eq!(ttl, 600_000 + 2 * SECOND);
         assert_eq!(
             back,
             State::Gcra {

@@ -2,8 +2,8 @@
 //!
 //! Tokens are kept in the rate's units ([`Rate::scale`] a token; micro-tokens for rates per
 //! second), so a refill is exactly [`Rate::units`] units per microsecond: no rounding, ever,
-//! `10/1m` included. Absent state is a full bucket, so a key expires as soon as its bucket is
-//! full again.
+//! `10/1m` included. Absent state is a full bucket, so a region-scope key expires as soon as
+//! its bucket is full again; a shared one a refill period later ([`kept_past_full`]).
 //!
 //! A stored state is written in its shortest exact form ([`normalize`]): "`tokens` at `ts`"
 //! equals "0 tokens at `ts - tokens / units`" whenever `units` divides `tokens`, which always
@@ -31,10 +31,31 @@ pub(super) fn used_after(used: u64, cost: u64, burst: u64, req: &Request<'_>) ->
 }
 
 /// How long a bucket holding `tokens` units stays meaningful (its store TTL): until it is
-/// full again, when absent state says the same. 0 for a full bucket (no key). The one expiry
-/// rule of a bucket: `take` and `give_back` both use it.
-pub(super) fn ttl(rate: Rate, burst: u64, tokens: u64) -> Micros {
-    div_ceil(burst * rate.scale() - tokens, rate.units())
+/// full again, when absent state says the same; 0 for a full bucket (no key). A bucket that
+/// carries a shared figure keeps its key one refill period longer ([`kept_past_full`]). The
+/// one expiry rule of a bucket: `take` and `give_back` both use it.
+pub(super) fn ttl(rate: Rate, burst: u64, tokens: u64, seen: u64, used: u64) -> Micros {
+    let to_full = div_ceil(burst * rate.scale() - tokens, rate.units());
+    to_full
+        .saturating_add(kept_past_full(seen, used, full_period(rate, burst)))
+        .min(MAX_USED)
+}
+
+/// How long a bucket's key outlives its refill: one refill `period` (an empty bucket's fill
+/// time) when it carries a shared figure (`seen` or `used` nonzero, which only a shared rule
+/// writes), else nothing.
+///
+/// Why: a region that takes under the refill rate finds its bucket full again before its
+/// next request. Deleted at full, the key would take the region's cumulative `used` with it,
+/// every figure would be the last take, and no busy rule would ever ship the key: R regions
+/// each under the rate would admit up to R × rate. Kept a period longer, `used` rises across
+/// such takes and ships once it passes the threshold; a new generation starts only after a
+/// whole period without a take, so a region hides at most `θ × L / R` per refill period, and
+/// the shared rate holds to `rate × (1 + θ × (R − 1) / R)` (docs/regions.md, "Bounds").
+/// Region-scope buckets carry neither field and keep expiring at full (docs/redis.md's sizes
+/// and key lifetimes unchanged). The sum is capped at 2^53 − 1 µs so Lua computes it exactly.
+pub(super) fn kept_past_full(seen: u64, used: u64, period: Micros) -> Micros {
+    if seen > 0 || used > 0 { period } else { 0 }
 }
 
 /// Tokens at `now` (refilled, remote consumption drained), the remote figure seen, and this
@@ -178,7 +199,7 @@ pub(super) fn take(
     let used = used_after(used, req.cost, burst, req);
     (
         normalize(tokens, ts, seen, used, rate.units()),
-        ttl(rate, burst, tokens),
+        ttl(rate, burst, tokens, seen, used),
     )
 }
 

@@ -361,6 +361,35 @@ pub async fn remote_counts_add(store: &dyn Store, p: &str) {
     assert!(!check(store, &call(T0, 1, "r", vec![it])).await.allowed);
 }
 
+/// A shared bucket (token bucket and GCRA, 10/s, burst 100) taken under its rate, one every
+/// 111 ms: full again before each take, its key is kept a refill period past full, so the
+/// region's cumulative `usage` counts every take. A region-scope one reports how drained it
+/// is: one token, each time.
+pub async fn shared_bucket_under_its_rate_keeps_counting(store: &dyn Store, p: &str) {
+    let rate = Rate::per_second(10);
+    for (name, params) in [
+        ("tb", tb(10, 100)),
+        ("gcra", Params::Gcra { rate, burst: 100 }),
+    ] {
+        let key = format!("sl:{{{p}under}}:{name}");
+        let region = format!("sl:{{{p}under}}:{name}-region");
+        let mut shared = item(&key, params.clone());
+        shared.remote = Remote::shared_bucket(0);
+        for k in 1..=20u64 {
+            let now = T0 + k * 111 * MILLI;
+            let r = check(store, &call(now, 1, "r", vec![shared.clone()])).await;
+            assert!(r.allowed, "{name}: take {k}");
+            assert_eq!(r.outcomes[0].usage, k, "{name}: take {k}");
+            let r = check(
+                store,
+                &call(now, 1, "r", vec![item(&region, params.clone())]),
+            )
+            .await;
+            assert_eq!(r.outcomes[0].usage, 1, "{name} (region): take {k}");
+        }
+    }
+}
+
 /// Identities do not share counts.
 pub async fn identities_are_isolated(store: &dyn Store, p: &str) {
     for who in ["a", "b"] {
