@@ -10,8 +10,10 @@
 //! - **Membership** runs on chitchat (cluster id, seed nodes, failure detection): each daemon
 //!   publishes its region, and every daemon knows which daemons of which regions are alive and
 //!   at which gossip address.
-//! - **Counts** go directly, once per `ship_interval`, from each shipping daemon to every live
-//!   daemon of the *other* regions, as versioned protobuf packets ([`wire::CountsPacket`],
+//! - **Counts** go once per `ship_interval`, by default from each region's elected sender to
+//!   each other region's receiver, which passes them on in its region (`region_sender`; the
+//!   region's daemons send their selections to its sender first), or directly from each
+//!   shipping daemon to every live daemon of the *other* regions (`every_daemon`), as versioned protobuf packets ([`wire::CountsPacket`],
 //!   front-coded by [`pack`]) in UDP datagrams on the same port. chitchat is not used for
 //!   them: it moves one ~64 KB delta per gossip round and peer, so 100k busy keys (≈1 MB a
 //!   second even packed) would lag without bound, and its anti-entropy would make every daemon
@@ -31,6 +33,9 @@
 //! - [`pack`]: a selection to datagram-sized packets and back.
 //! - [`metrics`]: counters for `/metrics`.
 //! - [`node`]: the running node ([`Node`]): socket, chitchat, ship and receive tasks.
+//! - `relay`: where a daemon's datagrams go in each `shippers` mode (for `region_sender`, one
+//!   sender per region, the core's election as addresses), and the figures a region's sender
+//!   gathers from its daemons.
 //! - [`wire_check`]: the property the fuzz target and the regression replay hold the decoder
 //!   to.
 //! - `transport`: chitchat's transport over the shared, framed socket.
@@ -39,10 +44,11 @@ mod keyring;
 pub mod metrics;
 pub mod node;
 pub mod pack;
+mod relay;
 mod transport;
 pub mod wire;
 pub mod wire_check;
 
-pub use metrics::{Gauges, GossipMetrics};
+pub use metrics::{Gauges, GossipMetrics, Scope};
 pub use node::{Config, GossipError, Member, Node, RuleLookup, Shippers, now_micros};
 pub use wire::{FrameCodec, Kind, Reject};

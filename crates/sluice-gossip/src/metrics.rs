@@ -34,6 +34,30 @@ fn merged_index(m: Merged) -> usize {
     }
 }
 
+/// Where a counts datagram went: across regions (the WAN) or to a daemon of this region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// To a daemon of another region.
+    CrossRegion,
+    /// To a daemon of this region (collected to its sender, or fanned out by its receiver).
+    InRegion,
+}
+
+impl Scope {
+    const ALL: [Scope; 2] = [Scope::CrossRegion, Scope::InRegion];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Scope::CrossRegion => "cross_region",
+            Scope::InRegion => "in_region",
+        }
+    }
+}
+
 /// Counters of one gossip node.
 #[derive(Debug, Default)]
 pub struct GossipMetrics {
@@ -48,6 +72,9 @@ pub struct GossipMetrics {
     figures_skipped: AtomicU64,
     packets_sent: AtomicU64,
     bytes_sent: AtomicU64,
+    scope_packets: [AtomicU64; 2],
+    scope_bytes: [AtomicU64; 2],
+    figures_collected: AtomicU64,
     send_errors: AtomicU64,
     shipments: AtomicU64,
     membership_oversize: AtomicU64,
@@ -72,6 +99,8 @@ pub struct Gauges {
     pub live_regions: u64,
     /// Whether this daemon ships its region's figures.
     pub shipping: bool,
+    /// Whether this daemon is its region's sender and receiver (`region_sender`).
+    pub region_sender: bool,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -109,9 +138,30 @@ impl GossipMetrics {
         add(&self.figures_skipped, skipped as u64);
     }
 
-    pub(crate) fn sent(&self, bytes: usize) {
+    pub(crate) fn sent(&self, bytes: usize, scope: Scope) {
         add(&self.packets_sent, 1);
         add(&self.bytes_sent, bytes as u64);
+        add(&self.scope_packets[scope.index()], 1);
+        add(&self.scope_bytes[scope.index()], bytes as u64);
+    }
+
+    pub(crate) fn collected(&self, figures: usize) {
+        add(&self.figures_collected, figures as u64);
+    }
+
+    /// Counts datagrams sent to `scope` so far.
+    pub fn packets_sent(&self, scope: Scope) -> u64 {
+        self.scope_packets[scope.index()].load(Ordering::Relaxed)
+    }
+
+    /// Bytes of counts datagrams sent to `scope` so far.
+    pub fn bytes_sent(&self, scope: Scope) -> u64 {
+        self.scope_bytes[scope.index()].load(Ordering::Relaxed)
+    }
+
+    /// Figures received from this region's daemons to ship across, so far.
+    pub fn figures_collected(&self) -> u64 {
+        self.figures_collected.load(Ordering::Relaxed)
     }
 
     pub(crate) fn send_error(&self) {
@@ -310,6 +360,35 @@ impl GossipMetrics {
             "1 when this daemon ships its region's figures.",
             u64::from(g.shipping),
         );
+        prom::gauge(
+            out,
+            "sluice_gossip_region_sender",
+            "1 when this daemon is its region's sender and receiver (shippers: region_sender).",
+            u64::from(g.region_sender),
+        );
+        prom::counter(
+            out,
+            "sluice_gossip_figures_collected_total",
+            "Figures received from this region's daemons to ship across (as its sender).",
+            load(&self.figures_collected),
+        );
+        for (name, help, c) in [
+            (
+                "sluice_gossip_scope_packets_sent_total",
+                "Counts datagrams sent, across regions or inside this one.",
+                &self.scope_packets,
+            ),
+            (
+                "sluice_gossip_scope_bytes_sent_total",
+                "Bytes of counts datagrams sent, across regions or inside this one.",
+                &self.scope_bytes,
+            ),
+        ] {
+            prom::header(out, name, help, Kind::Counter);
+            for sc in Scope::ALL {
+                prom::sample(out, name, &[("scope", sc.label())], load(&c[sc.index()]));
+            }
+        }
     }
 }
 
@@ -358,7 +437,7 @@ mod tests {
         m.lag(3);
         m.lag(7000);
         m.shipment(5, 2, 1, 0);
-        m.sent(100);
+        m.sent(100, Scope::CrossRegion);
         let mut out = String::new();
         let g = Gauges {
             remote_keys: 3,

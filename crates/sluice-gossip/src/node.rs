@@ -1,12 +1,14 @@
 //! A running gossip node: the bound socket, chitchat for membership, and two tasks, the
-//! shipper (every `ship_interval`: select, pack, send to the other regions) and the receiver
-//! (check, decode, merge).
+//! shipper (every `ship_interval`: select, pack, send to the other regions, or to this
+//! region's sender) and the receiver (check, decode, merge, and pass a relayed packet on in
+//! this region).
 //!
 //! The daemon talks to it through three calls: [`Node::observe`] after each decision on a
 //! global rule, [`Node::remote_for`] when planning one, and [`Node::render_metrics`].
 
-use crate::metrics::{Gauges, GossipMetrics};
+use crate::metrics::{Gauges, GossipMetrics, Scope};
 use crate::pack::{self, Header};
+use crate::relay::{self, Collected};
 use crate::transport::{FramedTransport, Inbound, Relays};
 use crate::wire::{CodecError, FrameCodec, Kind, MAX_DATAGRAM};
 use chitchat::{
@@ -14,7 +16,8 @@ use chitchat::{
     spawn_chitchat,
 };
 use sluice_core::merge::RemoteCounts;
-use sluice_core::ship::{Budget, LocalUsage, Observed};
+use sluice_core::relay::Hop;
+use sluice_core::ship::{Budget, LocalUsage, Observed, ShipEntry};
 use sluice_core::{Micros, Params, Remote};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -29,6 +32,9 @@ use tokio::task::JoinHandle;
 pub const REGION_KEY: &str = "sluice.region";
 /// The chitchat key under which a daemon publishes the counts format it reads.
 pub const FORMAT_KEY: &str = "sluice.counts_format";
+/// The chitchat key under which a daemon says it relays (`shippers: region_sender`): only
+/// such members are elected their region's sender and receiver.
+pub const RELAY_KEY: &str = "sluice.relay";
 
 /// Wall-clock now in epoch microseconds (figures carry epoch-aligned windows).
 pub fn now_micros() -> Micros {
@@ -42,9 +48,16 @@ pub fn now_micros() -> Micros {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Shippers {
     /// Every daemon ships what it observed (receivers keep the max per region). Correct
-    /// however the load balancer spreads keys; traffic grows with the daemons per region.
-    #[default]
+    /// however the load balancer spreads keys; cross-region traffic grows with the daemons
+    /// here times the daemons elsewhere.
     EveryDaemon,
+    /// Every daemon sends its selection to its region's sender (inside the region), which
+    /// ships the max per key once per remote region, to that region's receiver, which passes
+    /// it on to its region's daemons. Correct under any load balancing; cross-region traffic
+    /// grows with region pairs × busy keys. Sender and receiver are elected from the live
+    /// membership ([`sluice_core::relay`]).
+    #[default]
+    RegionSender,
     /// Only the live daemon of the region with the lowest node id ships: one sender per
     /// region. It only knows the keys it decided, so this fits when every daemon sees every
     /// busy key (an even spread), not sticky routing.
@@ -114,7 +127,7 @@ impl Config {
             },
             max_datagram: 1_400,
             max_remote_keys: 1_000_000,
-            shippers: Shippers::EveryDaemon,
+            shippers: Shippers::default(),
             recv_queue: 8_192,
         }
     }
@@ -151,6 +164,8 @@ pub struct Member {
     pub region: String,
     /// Its gossip address.
     pub addr: SocketAddr,
+    /// Whether it relays (`shippers: region_sender`), so it can be elected.
+    pub relays: bool,
 }
 
 struct Inner {
@@ -162,6 +177,8 @@ struct Inner {
     metrics: Arc<GossipMetrics>,
     lookup: Arc<dyn RuleLookup>,
     shipping: AtomicBool,
+    region_sender: AtomicBool,
+    collected: Mutex<Collected>,
     regions: AtomicUsize,
     seq: AtomicU64,
     live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
@@ -253,19 +270,19 @@ impl Node {
             })),
             protocol_version: ProtocolVersion::V0,
         };
-        let handle = spawn_chitchat(
-            chitchat_cfg,
-            vec![
-                (REGION_KEY.to_string(), cfg.region.clone()),
-                (
-                    FORMAT_KEY.to_string(),
-                    crate::wire::FORMAT_VERSION.to_string(),
-                ),
-            ],
-            &transport,
-        )
-        .await
-        .map_err(|e| GossipError::Membership(format!("{e:#}")))?;
+        let mut published = vec![
+            (REGION_KEY.to_string(), cfg.region.clone()),
+            (
+                FORMAT_KEY.to_string(),
+                crate::wire::FORMAT_VERSION.to_string(),
+            ),
+        ];
+        if cfg.shippers == Shippers::RegionSender {
+            published.push((RELAY_KEY.to_string(), "1".to_string()));
+        }
+        let handle = spawn_chitchat(chitchat_cfg, published, &transport)
+            .await
+            .map_err(|e| GossipError::Membership(format!("{e:#}")))?;
         let live = handle.chitchat().lock().await.live_nodes_watcher();
         let inner = Arc::new(Inner {
             remote: RwLock::new(RemoteCounts::new(
@@ -279,6 +296,8 @@ impl Node {
             metrics,
             lookup,
             shipping: AtomicBool::new(true),
+            region_sender: AtomicBool::new(cfg.shippers == Shippers::RegionSender),
+            collected: Mutex::new(Collected::default()),
             regions: AtomicUsize::new(1),
             seq: AtomicU64::new(1),
             live,
@@ -379,6 +398,12 @@ impl Node {
         self.inner.shipping.load(Ordering::Relaxed)
     }
 
+    /// Whether this daemon is its region's sender and receiver (`region_sender`), as of the
+    /// last ship interval.
+    pub fn region_sender(&self) -> bool {
+        self.inner.region_sender.load(Ordering::Relaxed)
+    }
+
     /// Gauges sampled now.
     pub fn gauges(&self) -> Gauges {
         let (remote_keys, remote_slots) = {
@@ -400,6 +425,7 @@ impl Node {
             live_nodes: m.len().max(1) as u64,
             live_regions: regions.len().max(1) as u64,
             shipping: self.shipping(),
+            region_sender: self.region_sender(),
         }
     }
 
@@ -451,37 +477,15 @@ fn members(live: &BTreeMap<ChitchatId, NodeState>) -> Vec<Member> {
                 node_id: id.node_id.to_string(),
                 region: st.get(REGION_KEY)?.to_string(),
                 addr: id.gossip_advertise_addr,
+                relays: st.get(RELAY_KEY) == Some("1"),
             })
         })
         .collect()
 }
 
-/// Who gets this daemon's figures, and whether it ships at all.
-fn targets(cfg: &Config, live: &[Member]) -> (bool, Vec<SocketAddr>) {
-    let ships = match cfg.shippers {
-        Shippers::EveryDaemon => true,
-        Shippers::OnePerRegion => live
-            .iter()
-            .filter(|m| m.region == cfg.region)
-            .map(|m| m.node_id.as_str())
-            .chain(std::iter::once(cfg.node_id.as_str()))
-            .min()
-            .is_some_and(|first| first == cfg.node_id),
-    };
-    let mut to: Vec<SocketAddr> = live
-        .iter()
-        .filter(|m| m.region != cfg.region)
-        .map(|m| m.addr)
-        .collect();
-    to.sort_unstable();
-    to.dedup();
-    (ships, to)
-}
-
 async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(inner.cfg.ship_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut frame = Vec::with_capacity(inner.cfg.max_datagram);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -496,9 +500,32 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
         let live = members(&inner.live.borrow());
         let regions: BTreeSet<&str> = live.iter().map(|m| m.region.as_str()).collect();
         inner.regions.store(regions.len(), Ordering::Relaxed);
-        let (ships, to) = targets(&inner.cfg, &live);
+        let (me, region) = (&inner.cfg.node_id, &inner.cfg.region);
+        let (ships, cross, collect_to) = match inner.cfg.shippers {
+            Shippers::RegionSender => {
+                let r = relay::routes(me, region, &live);
+                inner.region_sender.store(r.sender, Ordering::Relaxed);
+                (true, r.cross, r.collect_to)
+            }
+            _ => {
+                let (ships, to) = relay::targets(&inner.cfg, &live);
+                (
+                    ships,
+                    to.into_iter().map(|a| (a, Hop::Direct)).collect(),
+                    None,
+                )
+            }
+        };
         inner.shipping.store(ships, Ordering::Relaxed);
-        if !ships || to.is_empty() {
+        let gathered = {
+            let mut c = inner.collected.lock().unwrap_or_else(|p| p.into_inner());
+            if c.is_empty() {
+                Vec::new()
+            } else {
+                c.take(now, inner.cfg.budget.resend_after)
+            }
+        };
+        if !ships || cross.is_empty() {
             // Nobody to tell: keep the figures dirty rather than mark them shipped, but drop
             // those whose windows ended (a selection with no room defers everything).
             let prune = Budget {
@@ -518,44 +545,106 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .select(now, &inner.cfg.budget);
-        if batch.entries.is_empty() {
-            inner.metrics.shipment(0, batch.deferred, batch.quiet, 0);
-            continue;
-        }
-        let header = Header {
-            region: &inner.cfg.region,
-            sender: &inner.cfg.node_id,
-            first_seq: inner.seq.load(Ordering::Relaxed),
-            sent_ms: now / 1000,
+        let (figures, skipped) = match collect_to {
+            // Not the sender: this daemon's selection goes to the region's sender; figures
+            // gathered here anyway (another daemon's view elected this one) are shipped
+            // across as the sender would, never dropped.
+            Some(to) => {
+                let own = send(&inner, &batch.entries, &[(to, Hop::Collect)], now).await;
+                let across = send(&inner, &gathered, &cross, now).await;
+                (own.0 + across.0, own.1 + across.1)
+            }
+            None => {
+                let entries = relay::merged(batch.entries, gathered);
+                let sent = send(&inner, &entries, &cross, now).await;
+                let peers = live.iter().any(|m| &m.region == region && &m.node_id != me);
+                if peers && inner.cfg.shippers == Shippers::RegionSender {
+                    inner
+                        .collected
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .shipped(&entries, now);
+                }
+                sent
+            }
         };
-        let max_payload = inner
-            .cfg
-            .max_datagram
-            .saturating_sub(inner.codec.overhead());
-        let packed = pack::pack(&batch.entries, &header, max_payload);
+        if figures > 0 || batch.deferred > 0 || batch.quiet > 0 {
+            inner
+                .metrics
+                .shipment(figures, batch.deferred, batch.quiet, skipped);
+        }
+    }
+}
+
+/// Packs `entries` once per hop kind and sends each payload to every destination of that
+/// kind. Returns (figures packed, figures skipped), counted once whatever the receivers.
+async fn send(
+    inner: &Inner,
+    entries: &[ShipEntry],
+    to: &[(SocketAddr, Hop)],
+    now: Micros,
+) -> (usize, usize) {
+    if entries.is_empty() || to.is_empty() {
+        return (0, 0);
+    }
+    let header = Header {
+        region: &inner.cfg.region,
+        sender: &inner.cfg.node_id,
+        first_seq: 0,
+        sent_ms: now / 1000,
+    };
+    let max_payload = inner
+        .cfg
+        .max_datagram
+        .saturating_sub(inner.codec.overhead());
+    let mut hops: Vec<Hop> = to.iter().map(|(_, h)| *h).collect();
+    hops.sort_unstable_by_key(|h| *h as u8);
+    hops.dedup();
+    let (mut figures, mut skipped) = (0, 0);
+    let mut frame = Vec::with_capacity(inner.cfg.max_datagram);
+    let mut sent = 0usize;
+    for (n, hop) in hops.into_iter().enumerate() {
+        let first_seq = inner.seq.load(Ordering::Relaxed);
+        let packed = pack::pack_hop(
+            entries,
+            &Header {
+                first_seq,
+                ..header.clone()
+            },
+            hop,
+            max_payload,
+        );
         inner
             .seq
             .fetch_add(packed.payloads.len() as u64, Ordering::Relaxed);
-        inner
-            .metrics
-            .shipment(packed.figures, batch.deferred, batch.quiet, packed.skipped);
-        let mut sent = 0usize;
+        if n == 0 {
+            (figures, skipped) = (packed.figures, packed.skipped);
+        }
+        let scope = match hop {
+            Hop::Collect | Hop::FanOut => Scope::InRegion,
+            Hop::Direct | Hop::Relay => Scope::CrossRegion,
+        };
         for payload in &packed.payloads {
             inner.codec.seal(Kind::Counts, payload, &mut frame);
-            for addr in &to {
-                match inner.socket.send_to(&frame, addr).await {
-                    Ok(n) => inner.metrics.sent(n),
-                    Err(e) => {
-                        inner.metrics.send_error();
-                        tracing::debug!(%addr, error = %e, "counts datagram not sent");
-                    }
-                }
+            for (addr, _) in to.iter().filter(|(_, h)| *h == hop) {
+                send_one(inner, &frame, *addr, scope).await;
                 sent += 1;
                 if sent.is_multiple_of(64) {
                     // Let receivers (and this daemon's other tasks) keep up with a burst.
                     tokio::task::yield_now().await;
                 }
             }
+        }
+    }
+    (figures, skipped)
+}
+
+async fn send_one(inner: &Inner, frame: &[u8], addr: SocketAddr, scope: Scope) {
+    match inner.socket.send_to(frame, addr).await {
+        Ok(n) => inner.metrics.sent(n, scope),
+        Err(e) => {
+            inner.metrics.send_error();
+            tracing::debug!(%addr, error = %e, "counts datagram not sent");
         }
     }
 }
@@ -565,6 +654,11 @@ async fn receive_loop(
     mut rx: mpsc::Receiver<Inbound>,
     mut stop: watch::Receiver<bool>,
 ) {
+    // Where a relayed packet is passed on: this region's other daemons, recomputed when the
+    // membership changes (not at the next interval: a daemon that just joined hears at once).
+    let mut live = inner.live.clone();
+    let mut fan_out: Vec<SocketAddr> = Vec::new();
+    let mut frame = Vec::new();
     loop {
         let (from, payload) = tokio::select! {
             m = rx.recv() => match m {
@@ -573,27 +667,43 @@ async fn receive_loop(
             },
             _ = stop.changed() => return,
         };
-        merge_packet(&inner, from, &payload, now_micros());
+        let Some(on) = merge_packet(&inner, from, &payload, now_micros()) else {
+            continue;
+        };
+        if live.has_changed().unwrap_or(false) || fan_out.is_empty() {
+            let ms = members(&live.borrow_and_update());
+            fan_out = relay::fan_out(&inner.cfg.node_id, &inner.cfg.region, &ms);
+        }
+        inner.codec.seal(Kind::Counts, &on, &mut frame);
+        for addr in &fan_out {
+            send_one(&inner, &frame, *addr, Scope::InRegion).await;
+        }
     }
 }
 
-/// Checks, decodes and merges one counts payload (already authenticated by its frame).
-fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
+/// Checks, decodes and merges one counts payload (already authenticated by its frame), or
+/// gathers it to ship across when a daemon of this region collected it here. Returns the
+/// payload to pass on in this region when it was relayed here from another region.
+fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) -> Option<Vec<u8>> {
     let m = &inner.metrics;
     let u = match pack::unpack(payload) {
         Ok(u) => u,
         Err(r) => {
             m.reject(r);
             tracing::debug!(%from, reason = r.label(), "counts packet dropped");
-            return;
+            return None;
         }
     };
     m.packet_accepted();
     if u.region == inner.cfg.region {
+        if u.hop == Hop::Collect {
+            collect(inner, u.figures);
+            return None;
+        }
         for _ in &u.figures {
             m.figure(sluice_core::merge::Merged::OwnRegion);
         }
-        return;
+        return None;
     }
     // Resolve rules once per (domain, rule, sub-count) in the packet, outside the table's
     // lock: a split rule's sub-counts each have their share of the numbers.
@@ -630,6 +740,32 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
         }
     }
     m.lag((now / 1000).saturating_sub(u.sent_ms));
+    // Only the origin region's figures travel on (`region` is kept by the relabel), and only
+    // once: a fanned-out packet is never passed on again.
+    (u.hop == Hop::Relay)
+        .then(|| pack::relabel(payload, Hop::FanOut))
+        .flatten()
+}
+
+/// Keeps figures this region's daemons sent here for the next shipment across.
+fn collect(inner: &Inner, figures: Vec<pack::Received>) {
+    let m = &inner.metrics;
+    let mut c = inner.collected.lock().unwrap_or_else(|p| p.into_inner());
+    let mut kept = 0;
+    for f in figures {
+        // Daemons that collect always say the algorithm (older ones never collect).
+        let Some(kind) = f.kind else {
+            m.unknown_rule();
+            continue;
+        };
+        let key = sluice_core::matching::store_key(&f.identity, &f.rule, kind);
+        if c.add(key, f.window_start, f.count, inner.cfg.max_remote_keys) {
+            kept += 1;
+        } else {
+            m.figure(sluice_core::merge::Merged::Full);
+        }
+    }
+    m.collected(kept);
 }
 
 /// A secret seed for the hot-path maps of the merge and ship tables, drawn from OS
@@ -638,38 +774,4 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) {
 fn os_seed() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn member(id: &str, region: &str, port: u16) -> Member {
-        Member {
-            node_id: id.into(),
-            region: region.into(),
-            addr: ([127, 0, 0, 1], port).into(),
-        }
-    }
-
-    #[test]
-    fn targets_are_the_other_regions_and_one_shipper_is_the_lowest_id() {
-        let mut cfg = Config::new("eu", "eu-2", ([127, 0, 0, 1], 1).into());
-        let live = vec![
-            member("eu-1", "eu", 1),
-            member("eu-2", "eu", 2),
-            member("us-1", "us", 3),
-            member("ap-1", "ap", 4),
-        ];
-        let (ships, to) = targets(&cfg, &live);
-        assert!(ships);
-        assert_eq!(to.len(), 2);
-        assert!(to.iter().all(|a| a.port() >= 3));
-        cfg.shippers = Shippers::OnePerRegion;
-        assert!(!targets(&cfg, &live).0);
-        cfg.node_id = "eu-1".into();
-        assert!(targets(&cfg, &live).0);
-        // Alone (or before membership settles), a daemon ships.
-        assert!(targets(&cfg, &[]).0);
-    }
 }

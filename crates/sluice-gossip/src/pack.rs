@@ -13,12 +13,15 @@
 //! boundaries, lengths, window arithmetic, braces in identities) and refuses the whole packet on the first problem:
 //! a packet is merged entirely or not at all.
 
-use crate::wire::{CountsPacket, FORMAT_VERSION, Figure, Reject, RuleFigures};
+use crate::wire::{
+    CountsPacket, FORMAT_VERSION, Figure, Reject, RuleFigures, route_code, route_of,
+};
 use prost::Message;
 use prost::encoding::encoded_len_varint;
 use sluice_core::Micros;
 use sluice_core::algo::Kind;
 use sluice_core::keys;
+use sluice_core::relay::Hop;
 use sluice_core::ship::ShipEntry;
 
 /// Longest identity accepted from the wire (descriptor values are bounded well below it).
@@ -78,7 +81,7 @@ struct Open {
 }
 
 impl Open {
-    fn new(header: &Header<'_>, seq: u64) -> Open {
+    fn new(header: &Header<'_>, hop: Hop, seq: u64) -> Open {
         let packet = CountsPacket {
             version: FORMAT_VERSION,
             region: header.region.to_string(),
@@ -86,6 +89,7 @@ impl Open {
             seq,
             sent_ms: header.sent_ms,
             rules: Vec::new(),
+            route: route_code(hop),
         };
         let closed = packet.encoded_len();
         Open {
@@ -154,8 +158,19 @@ impl Open {
     }
 }
 
-/// Packs `entries` into payloads of at most `max_payload` bytes each.
+/// Packs `entries` into direct payloads of at most `max_payload` bytes each.
 pub fn pack(entries: &[ShipEntry], header: &Header<'_>, max_payload: usize) -> Packed {
+    pack_hop(entries, header, Hop::Direct, max_payload)
+}
+
+/// Packs `entries` into payloads of at most `max_payload` bytes each, marked with the hop
+/// they travel ([`Hop`]: what their receiver does with them).
+pub fn pack_hop(
+    entries: &[ShipEntry],
+    header: &Header<'_>,
+    hop: Hop,
+    max_payload: usize,
+) -> Packed {
     let mut out = Packed::default();
     let mut items: Vec<((&str, Kind), u64, &str, u64)> = Vec::with_capacity(entries.len());
     for e in entries {
@@ -166,7 +181,7 @@ pub fn pack(entries: &[ShipEntry], header: &Header<'_>, max_payload: usize) -> P
     }
     items.sort_unstable();
     let mut seq = header.first_seq;
-    let mut cur = Open::new(header, seq);
+    let mut cur = Open::new(header, hop, seq);
     let mut prev: &str = "";
     for (rule, start_ms, identity, count) in items {
         if !cur.try_add(rule, start_ms, identity, prev, count, max_payload) {
@@ -176,7 +191,7 @@ pub fn pack(entries: &[ShipEntry], header: &Header<'_>, max_payload: usize) -> P
                 continue;
             }
             seq += 1;
-            let full = std::mem::replace(&mut cur, Open::new(header, seq));
+            let full = std::mem::replace(&mut cur, Open::new(header, hop, seq));
             out.payloads.push(full.packet.encode_to_vec());
             if !cur.try_add(rule, start_ms, identity, "", count, max_payload) {
                 out.skipped += 1;
@@ -218,6 +233,8 @@ pub struct Unpacked {
     pub seq: u64,
     /// Sending time, epoch ms.
     pub sent_ms: u64,
+    /// How it travels.
+    pub hop: Hop,
     /// The figures.
     pub figures: Vec<Received>,
 }
@@ -280,8 +297,18 @@ pub fn unpack(payload: &[u8]) -> Result<Unpacked, Reject> {
         sender: p.sender,
         seq: p.seq,
         sent_ms: p.sent_ms,
+        hop: route_of(p.route),
         figures,
     })
+}
+
+/// The same packet marked for its next hop, for a receiver passing a relayed packet on in
+/// its region: everything else, the origin region first, is kept. `None` if it does not
+/// decode (it was checked by [`unpack`] before, so this does not happen).
+pub fn relabel(payload: &[u8], hop: Hop) -> Option<Vec<u8>> {
+    let mut p = CountsPacket::decode(payload).ok()?;
+    p.route = route_code(hop);
+    Some(p.encode_to_vec())
 }
 
 #[cfg(test)]
@@ -365,6 +392,7 @@ mod tests {
                     figures,
                     kind: String::new(),
                 }],
+                route: 0,
             }
             .encode_to_vec()
         };
@@ -404,6 +432,34 @@ mod tests {
             p.rules[0].kind = kind.into();
             assert_eq!(unpack(&p.encode_to_vec()), Err(Reject::Malformed), "{kind}");
         }
+    }
+
+    #[test]
+    fn the_hop_travels_and_a_relabel_keeps_the_origin_and_the_size() {
+        let entries: Vec<ShipEntry> = (0..300)
+            .map(|i| entry(&format!("api|k={i}"), "g", 60_000, i))
+            .collect();
+        let pk = pack_hop(&entries, &header(), Hop::Relay, 1200);
+        assert!(pk.payloads.len() > 1);
+        for p in &pk.payloads {
+            let u = unpack(p).expect("valid");
+            assert_eq!(u.hop, Hop::Relay);
+            let again = relabel(p, Hop::FanOut).expect("decodes");
+            // Passed on inside the receiving region: still the sender's region and figures,
+            // and no larger, so it fits the datagram it came in.
+            assert_eq!(again.len(), p.len());
+            let v = unpack(&again).expect("valid");
+            assert_eq!(v.hop, Hop::FanOut);
+            assert_eq!((v.region.as_str(), v.figures), ("eu-west", u.figures));
+        }
+        // What senders before the route field sent is direct.
+        assert_eq!(
+            unpack(&pack(&entries, &header(), 1200).payloads[0])
+                .expect("valid")
+                .hop,
+            Hop::Direct
+        );
+        assert_eq!(route_of(99), Hop::Direct);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! `.proto` file.
 
 use crate::keyring::KeyRing;
+use sluice_core::relay::Hop;
 
 /// The first bytes of every frame.
 pub const MAGIC: &[u8; 3] = b"SLG";
@@ -274,6 +275,30 @@ pub struct CountsPacket {
     /// Figures grouped by rule and window.
     #[prost(message, repeated, tag = "6")]
     pub rules: Vec<RuleFigures>,
+    /// How the packet travels (see `gossip.proto` and [`route_of`]); 0 from older senders.
+    #[prost(uint32, tag = "7")]
+    pub route: u32,
+}
+
+/// The `route` value of a hop.
+pub fn route_code(h: Hop) -> u32 {
+    match h {
+        Hop::Direct => 0,
+        Hop::Collect => 1,
+        Hop::Relay => 2,
+        Hop::FanOut => 3,
+    }
+}
+
+/// The hop of a `route` value. A value this release does not know (a later one) is taken
+/// as direct: merged, passed on to nobody, which can delay figures but never miscount them.
+pub fn route_of(code: u32) -> Hop {
+    match code {
+        1 => Hop::Collect,
+        2 => Hop::Relay,
+        3 => Hop::FanOut,
+        _ => Hop::Direct,
+    }
 }
 
 /// The figures of one rule in one window (see `gossip.proto`).
@@ -429,6 +454,7 @@ mod tests {
             p(|m| m.rules.push(RuleFigures::default())),
             field("CountsPacket", "rules")
         );
+        assert_eq!(p(|m| m.route = 2), field("CountsPacket", "route"));
         let r = |f: fn(&mut RuleFigures)| {
             let mut m = RuleFigures::default();
             f(&mut m);

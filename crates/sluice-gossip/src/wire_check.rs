@@ -6,7 +6,7 @@
 //! fuzzer looked for and what the ordinary `cargo test` re-checks can never drift apart
 //! (docs/fuzzing.md).
 
-use crate::pack::{Header, Received, pack, unpack};
+use crate::pack::{Header, Received, pack_hop, unpack};
 use crate::wire::{FrameCodec, Kind, MAX_DATAGRAM};
 use sluice_core::ship::ShipEntry;
 use std::sync::LazyLock;
@@ -76,7 +76,7 @@ fn check_payload(payload: &[u8]) -> Result<(), String> {
         sent_ms: u.sent_ms,
     };
     let max = MAX_DATAGRAM - KEYED.overhead();
-    let packed = pack(&entries, &header, max);
+    let packed = pack_hop(&entries, &header, u.hop, max);
     if packed.skipped != 0 {
         return Err(format!(
             "figures accepted from the wire cannot be shipped: {} skipped",
@@ -161,7 +161,7 @@ mod tests {
             first_seq: 7,
             sent_ms: 1_700_000_000_000,
         };
-        let packed = pack(&entries, &header, 1200);
+        let packed = crate::pack::pack(&entries, &header, 1200);
         assert_eq!(packed.payloads.len(), 1);
         let payload = &packed.payloads[0];
         assert_eq!(unpack(payload).map(|u| u.figures.len()), Ok(2));

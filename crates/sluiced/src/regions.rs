@@ -38,8 +38,14 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ShippersConfig {
-    /// Every daemon ships what it decided (correct under any load balancing).
+    /// Every daemon sends what it decided to its region's elected sender, which ships the
+    /// region's figures once per remote region, to that region's receiver, which passes them
+    /// on (correct under any load balancing; cross-region traffic grows with regions, not
+    /// daemons²).
     #[default]
+    RegionSender,
+    /// Every daemon ships what it decided to every daemon elsewhere (correct under any load
+    /// balancing; traffic grows with daemons here × daemons elsewhere).
     EveryDaemon,
     /// The live daemon with the lowest id ships (fewer packets; needs an even spread).
     OnePerRegion,
@@ -106,7 +112,7 @@ impl Default for GossipConfig {
             max_datagram: 1_400,
             resend_after_ms: 5_000,
             max_remote_keys: 1_000_000,
-            shippers: ShippersConfig::EveryDaemon,
+            shippers: ShippersConfig::RegionSender,
             busy_on: BusyOn::default(),
             regions: 0,
         }
@@ -278,6 +284,7 @@ pub async fn start(
     nc.max_datagram = g.max_datagram;
     nc.max_remote_keys = g.max_remote_keys;
     nc.shippers = match g.shippers {
+        ShippersConfig::RegionSender => Shippers::RegionSender,
         ShippersConfig::EveryDaemon => Shippers::EveryDaemon,
         ShippersConfig::OnePerRegion => Shippers::OnePerRegion,
     };
@@ -315,6 +322,23 @@ mod tests {
             ..GossipConfig::default()
         };
         assert!(both.validate().is_err());
+    }
+
+    #[test]
+    fn shippers_default_to_one_sender_per_region_and_keep_the_old_modes() {
+        assert_eq!(
+            GossipConfig::default().shippers,
+            ShippersConfig::RegionSender
+        );
+        for (text, want) in [
+            ("shippers: region_sender", ShippersConfig::RegionSender),
+            ("shippers: every_daemon", ShippersConfig::EveryDaemon),
+            ("shippers: one_per_region", ShippersConfig::OnePerRegion),
+        ] {
+            let g: GossipConfig = serde_norway::from_str(text).expect("parses");
+            assert_eq!(g.shippers, want, "{text}");
+        }
+        assert!(serde_norway::from_str::<GossipConfig>("shippers: some_daemons").is_err());
     }
 
     #[test]
