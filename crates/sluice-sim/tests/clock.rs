@@ -60,3 +60,42 @@ fn a_region_decides_on_its_own_clock() {
     let behind = codes("[clock]\noffset_ms = [-10000]");
     assert_eq!(behind, [Ok, Ok, Ok, OverLimit, OverLimit, OverLimit]);
 }
+
+/// `simulations/clock-skew.toml` at `skew_ms`: per rule, (overshoot max, false rejections as
+/// a share of refusals).
+fn skewed(skew_ms: &str) -> Vec<(String, f64, f64)> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../simulations/clock-skew.toml"
+    );
+    let p = [("clock_skew_ms".to_string(), skew_ms.to_string())];
+    let sc = sluice_sim::load(path, &p).unwrap_or_else(|e| panic!("{e}"));
+    let r = sluice_sim::run(&sc, sc.seed, &mut |_| {});
+    r.rules
+        .iter()
+        .map(|x| (x.id.clone(), x.overshoot_max, x.false_rejection_pct))
+        .collect()
+}
+
+/// The tolerance docs/regions.md states: a skew of a quarter of the ship interval adds no
+/// overshoot to speak of and few false rejections; a skew past a window (10 s rules, clocks
+/// 12.5 s either side) cuts the regions off from each other's figures.
+#[test]
+fn skew_below_the_interval_is_tolerated_and_past_a_window_is_not() {
+    let none = skewed("0");
+    let quarter = skewed("250");
+    let past = skewed("25000");
+    for ((id, max0, fr0), (_, max, fr)) in none.iter().zip(&quarter) {
+        assert_eq!(*fr0, 0.0, "{id}: clocks that agree refuse nothing falsely");
+        assert!(max - max0 <= 0.03, "{id}: {max0} -> {max} at 250 ms");
+        assert!(*fr <= 3.0, "{id}: {fr}% of refusals false at 250 ms");
+    }
+    let ten_fixed =
+        |v: &[(String, f64, f64)]| v.iter().find(|x| x.0 == "ten-s-fixed").map_or(0.0, |x| x.1);
+    assert!(
+        ten_fixed(&past) > 1.5 * ten_fixed(&none),
+        "{} against {}",
+        ten_fixed(&past),
+        ten_fixed(&none)
+    );
+}
