@@ -127,8 +127,16 @@ mod tests {
             let a = KeyRing::new(pair[0]).expect("ring");
             let b = KeyRing::new(pair[1]).expect("ring");
             let msg = b"membership";
-            assert!(b.verify(msg, &a.tag(msg)), "{} keys -> next step", pair[0].len());
-            assert!(a.verify(msg, &b.tag(msg)), "next step -> {} keys", pair[0].len());
+            assert!(
+                b.verify(msg, &a.tag(msg)),
+                "{} keys -> next step",
+                pair[0].len()
+            );
+            assert!(
+                a.verify(msg, &b.tag(msg)),
+                "next step -> {} keys",
+                pair[0].len()
+            );
         }
         // Skipping a step splits the cluster: the reason for three rollouts.
         let a = KeyRing::new(&[OLD]).expect("ring");
@@ -144,7 +152,10 @@ mod tests {
         ring.replace(&[OLD, NEW]).expect("replace");
         assert!(ring.verify(b"m", &new.tag(b"m")));
         assert_eq!(ring.len(), 2);
-        assert_eq!(ring.replace(&[NEW, b"short"]), Err(CodecError::KeyTooShort(5)));
+        assert_eq!(
+            ring.replace(&[NEW, b"short"]),
+            Err(CodecError::KeyTooShort(5))
+        );
         assert_eq!(ring.replace(&[]), Err(CodecError::KeyCount(0)));
         assert_eq!(ring.replace(&[OLD, NEW, OLD]), Err(CodecError::KeyCount(3)));
         assert_eq!(ring.len(), 2, "a refused replacement changes nothing");
