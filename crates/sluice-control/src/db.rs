@@ -10,6 +10,7 @@
 //! - `sluice_changes`: one row per version: who (the self-declared actor and the token's
 //!   principal, and the approver of a held change), when, what action.
 //! - `sluice_rules` / `sluice_overrides`: the current entries (body in the rule format, jsonb).
+//! - `sluice_domains`: each domain's settings (`{"require_default": true}`), an entry too.
 //! - `sluice_history`: every version of every entry (a `NULL` body is a deletion), the source
 //!   of "everything after version N" and of rollbacks.
 //! - `sluice_daemons`: what each daemon reports: region, loaded version, last seen, error.
@@ -119,6 +120,23 @@ CREATE TABLE sluice_pending (
     decided_at   timestamptz,
     version      bigint
 );
+"#,
+    ),
+    (
+        3,
+        "domain settings",
+        r#"
+CREATE TABLE sluice_domains (
+    domain   text    NOT NULL,
+    key      text    NOT NULL,
+    position integer NOT NULL,
+    body     jsonb   NOT NULL,
+    version  bigint  NOT NULL REFERENCES sluice_changes (version),
+    PRIMARY KEY (domain, key)
+);
+ALTER TABLE sluice_history DROP CONSTRAINT sluice_history_kind_check;
+ALTER TABLE sluice_history ADD CONSTRAINT sluice_history_kind_check
+    CHECK (kind IN ('rule', 'override', 'domain'));
 "#,
     ),
 ];

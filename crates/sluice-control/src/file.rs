@@ -3,7 +3,8 @@
 //! ConfigMap volumes whose files are replaced by symlink swaps, and costs one `stat` a second.
 
 use crate::Published;
-use sluice_core::rules::{RuleSet, RulesError, parse_yaml};
+use crate::domains::parse_yaml;
+use sluice_core::rules::{RuleSet, RulesError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -154,6 +155,46 @@ mod tests {
                 .limit(),
             5
         );
+        let _ = stop.send(true);
+        task.await.expect("watcher ends");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_file_losing_its_default_rule_is_refused_and_the_last_good_set_serves() {
+        let dir = std::env::temp_dir().join(format!("sluice-default-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        let path = dir.join("rules.yaml");
+        let good = "domain: a\nrequire_default: true\nrules:\n  - { id: login, match: { route: POST /login }, key: [k], algorithm: fixed_window, limit: 1, window: 1s }\n  - { id: all, key: [k], algorithm: fixed_window, limit: 100, window: 1s }\n";
+        std::fs::write(&path, good).expect("write");
+        let published = Published::new(load(&path).expect("valid"));
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(watch(
+            path.clone(),
+            published.clone(),
+            Duration::from_millis(20),
+            rx,
+        ));
+        // The catch-all now matches one route only: refused as a whole.
+        let bad = good.replace("{ id: all, key", "{ id: all, match: { route: GET / }, key");
+        std::fs::write(&path, &bad).expect("write");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while published.refusals() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the file was read and refused");
+        let set = published.load();
+        let d = set.domain("a").expect("domain");
+        assert_eq!(d.rules.len(), 2, "the last good set serves");
+        assert!(d.rule("all").expect("all").matchers.is_empty());
+        match load(&path) {
+            Err(FileError::Invalid { source, .. }) => {
+                assert_eq!(source.problems[0].field, "require_default", "{source}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
         let _ = stop.send(true);
         task.await.expect("watcher ends");
         let _ = std::fs::remove_dir_all(&dir);

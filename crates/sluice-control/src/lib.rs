@@ -9,7 +9,9 @@
 //!
 //! - [`Published`]: the live rule set and its change notifications.
 //! - [`file`]: the embedded default: a YAML file, reloaded when it changes.
-//! - [`model`]: rules and overrides as stored entries; diffs; the tightening check.
+//! - [`model`]: rules, overrides and domain settings as stored entries; diffs; the tightening
+//!   check.
+//! - [`domains`]: domain settings (`require_default`) and the validation every source uses.
 //! - [`edit`]: the admin API's changes as pure functions on that state.
 //! - [`db`]: PostgreSQL connections, errors, and the schema with its migrations.
 //! - [`pgtls`]: TLS to PostgreSQL (`sslmode`, `sslrootcert`) over rustls.
@@ -22,6 +24,7 @@
 
 pub mod admin;
 pub mod db;
+pub mod domains;
 pub mod edit;
 pub mod file;
 pub mod model;

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sluice_core::Params;
-use sluice_core::rules::{RuleSet, RulesError, from_values};
+use sluice_core::rules::{RuleSet, RulesError};
 use sluice_core::time::SECOND;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,7 +26,12 @@ pub enum Kind {
     Rule,
     /// An override, keyed by [`override_key`].
     Override,
+    /// A domain's settings ([`crate::domains::SETTINGS`]), keyed by [`SETTINGS_KEY`].
+    Domain,
 }
+
+/// The key of a domain's settings entry (one per domain).
+pub const SETTINGS_KEY: &str = "settings";
 
 impl Kind {
     /// The name stored in the `kind` column and shown in diffs.
@@ -34,6 +39,7 @@ impl Kind {
         match self {
             Kind::Rule => "rule",
             Kind::Override => "override",
+            Kind::Domain => "domain",
         }
     }
 
@@ -42,6 +48,7 @@ impl Kind {
         match s {
             "rule" => Some(Kind::Rule),
             "override" => Some(Kind::Override),
+            "domain" => Some(Kind::Domain),
             _ => None,
         }
     }
@@ -222,6 +229,14 @@ impl State {
     pub fn domain_doc(&self, domain: &str) -> Value {
         let mut m = Map::new();
         m.insert("domain".into(), Value::String(domain.to_string()));
+        let settings = self.entries.get(&EntryKey {
+            domain: domain.to_string(),
+            kind: Kind::Domain,
+            key: SETTINGS_KEY.to_string(),
+        });
+        if let Some(Value::Object(s)) = settings.map(|e| &e.body) {
+            m.extend(s.clone());
+        }
         let rules: Vec<Value> = self
             .list(domain, Kind::Rule)
             .into_iter()
@@ -239,20 +254,31 @@ impl State {
         Value::Object(m)
     }
 
-    /// Validates the whole state with sluice-core into a rule set of that version.
+    /// Validates the whole state (sluice-core, then the domain settings) into a rule set of
+    /// that version.
     pub fn to_rule_set(&self, version: u64) -> Result<RuleSet, RulesError> {
-        from_values(&self.to_docs(), version)
+        crate::domains::validate(&self.to_docs(), version)
     }
 
     /// Entries from rule documents (positions in document order). The documents are
     /// validated first, as a set, so every problem is reported at once.
     pub fn from_docs(docs: &[Value]) -> Result<State, RulesError> {
-        from_values(docs, 0)?;
+        crate::domains::validate(docs, 0)?;
         let mut state = State::default();
         for doc in docs {
             let Some(domain) = doc.get("domain").and_then(Value::as_str) else {
                 continue;
             };
+            if let Some(body) = crate::domains::settings_of(doc) {
+                state.entries.insert(
+                    EntryKey {
+                        domain: domain.to_string(),
+                        kind: Kind::Domain,
+                        key: SETTINGS_KEY.to_string(),
+                    },
+                    Entry { position: 0, body },
+                );
+            }
             let lists = [(Kind::Rule, "rules"), (Kind::Override, "overrides")];
             for (kind, field) in lists {
                 let items = doc.get(field).and_then(Value::as_array);
@@ -260,6 +286,7 @@ impl State {
                     let key = match kind {
                         Kind::Rule => body.get("id").and_then(Value::as_str).map(str::to_string),
                         Kind::Override => override_key(body),
+                        Kind::Domain => None,
                     };
                     if let Some(key) = key {
                         state.entries.insert(
@@ -408,6 +435,8 @@ pub fn tightenings(before: &RuleSet, after: &RuleSet, changes: &[Change], max: u
             continue;
         };
         match c.kind {
+            // Settings change no numbers.
+            Kind::Domain => {}
             Kind::Rule => {
                 let (Some(rb), Some(ra)) = (db.rule(&c.key), da.rule(&c.key)) else {
                     continue;

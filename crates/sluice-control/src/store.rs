@@ -524,6 +524,7 @@ pub(crate) async fn commit_in(
         let (table, keycol) = match ch.kind {
             Kind::Rule => ("sluice_rules", "id"),
             Kind::Override => ("sluice_overrides", "key"),
+            Kind::Domain => ("sluice_domains", "key"),
         };
         match (&ch.op, &ch.after) {
             (Op::Delete, _) | (_, None) => {
@@ -594,7 +595,9 @@ pub async fn load_current(c: &impl GenericClient) -> Result<(u64, String, State)
         .query(
             "SELECT 'rule', domain, id, position, body FROM sluice_rules
              UNION ALL
-             SELECT 'override', domain, key, position, body FROM sluice_overrides",
+             SELECT 'override', domain, key, position, body FROM sluice_overrides
+             UNION ALL
+             SELECT 'domain', domain, key, position, body FROM sluice_domains",
             &[],
         )
         .await?;

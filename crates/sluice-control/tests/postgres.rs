@@ -150,7 +150,7 @@ async fn migrations_are_idempotent_under_concurrency() -> Result<()> {
     for t in tasks {
         applied += t.await??.applied.len();
     }
-    assert_eq!(applied, 2, "migrations 1 and 2 applied exactly once");
+    assert_eq!(applied, 3, "migrations 1 to 3 applied exactly once");
     let again = Store::new(&pg.url())?.migrate().await?;
     assert!(again.applied.is_empty());
     assert_eq!(again.schema_version, again.known);
@@ -159,7 +159,7 @@ async fn migrations_are_idempotent_under_concurrency() -> Result<()> {
     )?;
     assert_eq!(
         tables,
-        "sluice_changes,sluice_daemons,sluice_history,sluice_overrides,sluice_pending,sluice_rules,sluice_schema_migrations,sluice_version"
+        "sluice_changes,sluice_daemons,sluice_domains,sluice_history,sluice_overrides,sluice_pending,sluice_rules,sluice_schema_migrations,sluice_version"
     );
     Ok(())
 }

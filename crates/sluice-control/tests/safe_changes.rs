@@ -1,7 +1,8 @@
-//! A second approver, against a real PostgreSQL: a forced change more than 10× tighter is
-//! held, not applied; its proposer cannot approve it; another principal can, and it goes live
-//! in a `PgSource`'s published set, recorded with both principals; an expired one cannot be
-//! approved; a rejected one is gone.
+//! Safe rule changes, against a real PostgreSQL. A second approver: a forced change more
+//! than 10× tighter is held, not applied; its proposer cannot approve it; another principal
+//! can, and it goes live in a `PgSource`'s published set, recorded with both principals; an
+//! expired one cannot be approved; a rejected one is gone. A default rule: a domain with
+//! `require_default` refuses a set without a catch-all, and a daemon keeps its last good set.
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
@@ -365,5 +366,119 @@ async fn an_approved_apply_keeps_its_expect_version() -> Result<()> {
         Some(id),
         "still pending: {list}"
     );
+    Ok(())
+}
+
+/// `require_default: true` on the PostgreSQL source: a set without a catch-all is refused as
+/// a whole through the admin API, and a daemon handed one anyway keeps its last good set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_requiring_a_default_refuses_a_set_without_one() -> Result<()> {
+    let pg = Postgres::throwaway()?;
+    let (admin, _stop_admin) = start_admin(&pg.url()).await?;
+    let mut cfg = PgConfig::new(pg.url(), "d1", "test-region");
+    cfg.connect_timeout = Duration::from_secs(1);
+    let source = PgSource::start(cfg).await?;
+    let published = source.published();
+    let (_stop, stop_rx) = watch::channel(false);
+    let _task = source.spawn(stop_rx);
+
+    let all = json!({"id": "all", "key": ["ip"], "algorithm": "fixed_window", "limit": 1000, "window": "1m"});
+    let mut login_rule = login(100);
+    login_rule["id"] = json!("login");
+    let doc = json!({"domain": "api", "require_default": true, "rules": [login_rule.clone(), all]});
+    let (s, v) = call(
+        admin,
+        ALICE,
+        "POST",
+        "/v1/rules:apply",
+        Some(json!({"domains": [doc]})),
+    )
+    .await?;
+    assert_eq!(s, 200, "{v}");
+    wait_limit(&published, 100).await?;
+    let (_, export) = call(admin, ALICE, "GET", "/v1/rules:export", None).await?;
+    assert_eq!(export["domains"][0]["require_default"], true, "{export}");
+
+    // Without its catch-all the whole set is refused, naming why; nothing changes.
+    let (s, v) = call(admin, ALICE, "DELETE", "/v1/rules/all", None).await?;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (422, Some("INVALID_RULES")),
+        "{v}"
+    );
+    assert_eq!(v["error"]["problems"][0]["field"], "require_default", "{v}");
+    let (s, v) = call(admin, ALICE, "POST", "/v1/rules/all:off", None).await?;
+    assert_eq!(s, 422, "an off rule is no default: {v}");
+    let bare = json!({"domain": "api", "require_default": true, "rules": [login_rule.clone()]});
+    let (s, v) = call(
+        admin,
+        ALICE,
+        "POST",
+        "/v1/rules:apply",
+        Some(json!({"domains": [bare]})),
+    )
+    .await?;
+    assert_eq!(s, 422, "{v}");
+    // The kill switch still works: a shadowed default is still a default.
+    let (s, v) = call(admin, ALICE, "POST", "/v1/rules:shadow-all", None).await?;
+    assert_eq!((s, v["version"].as_u64()), (200, Some(2)), "{v}");
+    wait_version(&published, 2).await?;
+
+    // A set written behind the admin API's back (the catch-all deleted by hand) is refused
+    // by the daemon as a whole: it keeps serving version 2 and counts the refusal.
+    pg.psql(
+        "BEGIN;
+         UPDATE sluice_version SET version = 3;
+         INSERT INTO sluice_changes (version, actor, action) VALUES (3, 'psql', 'manual');
+         DELETE FROM sluice_rules WHERE id = 'all';
+         INSERT INTO sluice_history (version, kind, domain, key, position, body)
+             VALUES (3, 'rule', 'api', 'all', 1, NULL);
+         SELECT pg_notify('sluice_rules', '3');
+         COMMIT;",
+    )?;
+    let start = Instant::now();
+    while published.refusals() == 0 {
+        ensure!(
+            start.elapsed() < Duration::from_secs(5),
+            "the daemon never refused version 3"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(published.version(), 2);
+    assert!(
+        published
+            .load()
+            .domain("api")
+            .and_then(|d| d.rule("all"))
+            .is_some()
+    );
+    // ...and reports why in its status row.
+    let start = Instant::now();
+    loop {
+        let err = pg.psql("SELECT coalesce(last_error, '') FROM sluice_daemons")?;
+        if err.contains("require_default") {
+            break;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(5),
+            "status says {err:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+async fn wait_version(p: &sluice_control::Published, v: u64) -> Result<()> {
+    let start = Instant::now();
+    let mut rx = p.subscribe();
+    while p.version() < v {
+        let left = Duration::from_secs(2).saturating_sub(start.elapsed());
+        ensure!(
+            !left.is_zero(),
+            "version {v} not served (serving {})",
+            p.version()
+        );
+        let _ = tokio::time::timeout(left, rx.changed()).await;
+    }
     Ok(())
 }

@@ -499,7 +499,7 @@ fn migrate_is_idempotent_and_check_sends_one_check() -> Result<()> {
     let out = ctl_ok(unused, &["migrate", "--postgres", &pg.url()])?;
     assert!(out.contains("applied migration 1"), "{out}");
     let out = ctl_ok(unused, &["migrate", "--postgres", &pg.url()])?;
-    assert!(out.contains("schema up to date (version 2)"), "{out}");
+    assert!(out.contains("schema up to date (version 3)"), "{out}");
 
     let dir = temp_dir("check")?;
     let d = spawn(&Opts {
