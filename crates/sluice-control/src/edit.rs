@@ -431,6 +431,52 @@ mod tests {
     }
 
     #[test]
+    fn every_edit_round_trips_through_json_as_a_held_change_stores_it() {
+        let identity: BTreeMap<String, String> = [("ip".to_string(), "1.2.3.4".to_string())].into();
+        let edits = [
+            Edit::PutRule {
+                domain: Some("api".into()),
+                id: "login".into(),
+                body: json!({"limit": 1}),
+            },
+            Edit::DeleteRule {
+                domain: None,
+                id: "login".into(),
+            },
+            Edit::SetMode {
+                domain: None,
+                id: "login".into(),
+                mode: "off",
+            },
+            Edit::ShadowAll {
+                domain: Some("api".into()),
+            },
+            Edit::PutOverride {
+                domain: None,
+                rule: Some("login".into()),
+                identity: identity.clone(),
+                body: json!({"limit": 5}),
+            },
+            Edit::DeleteOverride {
+                domain: None,
+                rule: None,
+                identity,
+            },
+            Edit::Apply {
+                docs: vec![json!({"domain": "api", "rules": []})],
+            },
+            Edit::Rollback { to: 3 },
+        ];
+        for e in edits {
+            let v = serde_json::to_value(&e).expect("serializes");
+            let back: Edit = serde_json::from_value(v.clone()).expect("reads back");
+            assert_eq!(back, e, "{v}");
+        }
+        let bad = json!({"edit": "set_mode", "domain": null, "id": "x", "mode": "loud"});
+        assert!(serde_json::from_value::<Edit>(bad).is_err());
+    }
+
+    #[test]
     fn put_infers_the_only_domain_and_keeps_the_position() {
         let s = base();
         let body =
