@@ -208,6 +208,44 @@ mod tests {
         }
     }
 
+    fn slots(s: &Sampler, identity: &str, n: u64) -> (u64, u64) {
+        let h = s.hash(0, identity.as_bytes());
+        let a = (h & 0xffff_ffff) % n;
+        let b = (h >> 32) % n;
+        (a, if b == a { (a + 1) % n } else { b })
+    }
+
+    /// The collision the two slots are for: a quiet identity sharing one of its slots with
+    /// the abuser still keeps every check.
+    #[test]
+    fn a_quiet_identity_sharing_a_slot_with_the_abuser_keeps_its_checks() {
+        let mut c = cfg();
+        c.slots = 64;
+        let mut s = Sampler::new(&c, 11);
+        let abuser = slots(&s, "api|key=abuser", 64);
+        let shares = |q: (u64, u64)| {
+            let shared = [q.0, q.1]
+                .iter()
+                .filter(|x| **x == abuser.0 || **x == abuser.1)
+                .count();
+            shared == 1
+        };
+        let quiet = (0..10_000)
+            .map(|i| format!("api|key=quiet{i}"))
+            .find(|q| shares(slots(&s, q, 64)))
+            .expect("an identity sharing one slot");
+        let t0 = 1_700_000_000 * S;
+        let mut kept = 0;
+        for ms in 0..30_000u64 {
+            let now = t0 + ms * 1000;
+            s.decide("api|key=abuser", false, ms, now);
+            if ms % 1000 == 0 && s.decide(&quiet, false, ms, now) == Verdict::Keep {
+                kept += 1;
+            }
+        }
+        assert_eq!(kept, 30, "{quiet} shares a slot with the abuser");
+    }
+
     /// Refusals are kept however many allowed checks there are, up to their own cap.
     #[test]
     fn refusals_are_always_kept_up_to_the_cap() {
