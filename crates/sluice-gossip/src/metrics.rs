@@ -79,6 +79,7 @@ pub struct GossipMetrics {
     shipments: AtomicU64,
     membership_oversize: AtomicU64,
     relay_full: AtomicU64,
+    key_changes: [AtomicU64; 2],
     lag: [AtomicU64; LAG_BUCKETS_MS.len()],
     lag_count: AtomicU64,
     lag_sum_ms: AtomicU64,
@@ -101,6 +102,10 @@ pub struct Gauges {
     pub shipping: bool,
     /// Whether this daemon is its region's sender and receiver (`region_sender`).
     pub region_sender: bool,
+    /// Shared keys held (0 without authentication, 2 during a rotation).
+    pub keys: u64,
+    /// Frames opened with a key other than the sealing one (a peer still seals with it).
+    pub older_key_frames: u64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -108,6 +113,10 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl GossipMetrics {
+    pub(crate) fn key_change(&self, applied: bool) {
+        add(&self.key_changes[usize::from(!applied)], 1);
+    }
+
     pub(crate) fn frame_received(&self, bytes: usize) {
         add(&self.frames_received, 1);
         add(&self.bytes_received, bytes as u64);
@@ -147,6 +156,12 @@ impl GossipMetrics {
 
     pub(crate) fn collected(&self, figures: usize) {
         add(&self.figures_collected, figures as u64);
+    }
+
+    /// Key changes applied and refused so far.
+    pub fn key_changes(&self) -> (u64, u64) {
+        let [a, r] = &self.key_changes;
+        (a.load(Ordering::Relaxed), r.load(Ordering::Relaxed))
     }
 
     /// Counts datagrams sent to `scope` so far.
@@ -287,6 +302,28 @@ impl GossipMetrics {
             "sluice_gossip_relay_full_total",
             "Membership messages dropped because the relay table is at its bound.",
             load(&self.relay_full),
+        );
+        let changes = "sluice_gossip_key_changes_total";
+        prom::header(
+            out,
+            changes,
+            "Replacements of the shared keys without a restart (key rotation steps), applied or refused.",
+            Kind::Counter,
+        );
+        for (result, c) in ["applied", "refused"].iter().zip(&self.key_changes) {
+            prom::sample(out, changes, &[("result", result)], load(c));
+        }
+        prom::counter(
+            out,
+            "sluice_gossip_frames_older_key_total",
+            "Frames opened with a key other than the sealing one: while it rises, a peer still seals with the older key.",
+            g.older_key_frames,
+        );
+        prom::gauge(
+            out,
+            "sluice_gossip_keys",
+            "Shared keys held: 0 without authentication, 1, or 2 during a rotation.",
+            g.keys,
         );
         let rejected = "sluice_gossip_frames_rejected_total";
         prom::header(

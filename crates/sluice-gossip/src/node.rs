@@ -426,7 +426,18 @@ impl Node {
             live_regions: regions.len().max(1) as u64,
             shipping: self.shipping(),
             region_sender: self.region_sender(),
+            keys: self.inner.codec.key_count() as u64,
+            older_key_frames: self.inner.codec.older_key_opens(),
         }
+    }
+
+    /// Replaces the shared keys (a key rotation step, without a restart): the first seals,
+    /// every one opens. Refused whole, the keys in use kept, if one is shorter than 16 bytes,
+    /// there are none or more than two, or gossip started without a key.
+    pub fn set_keys(&self, keys: &[&[u8]]) -> Result<(), CodecError> {
+        let r = self.inner.codec.set_keys(keys);
+        self.inner.metrics.key_change(r.is_ok());
+        r
     }
 
     /// Appends this node's metrics in Prometheus text.

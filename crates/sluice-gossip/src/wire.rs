@@ -154,7 +154,7 @@ impl std::fmt::Debug for FrameCodec {
         // Never print key material.
         f.debug_struct("FrameCodec")
             .field("cluster", &String::from_utf8_lossy(&self.cluster))
-            .field("keys", &self.key.as_ref().map_or(0, KeyRing::len))
+            .field("keys", &self.key_count())
             .finish()
     }
 }
@@ -195,6 +195,11 @@ impl FrameCodec {
     /// some peer seals with an older key, which must not be dropped yet.
     pub fn older_key_opens(&self) -> u64 {
         self.key.as_ref().map_or(0, KeyRing::older_key_opens)
+    }
+
+    /// Keys held: 0 without authentication, 2 during a rotation.
+    pub fn key_count(&self) -> usize {
+        self.key.as_ref().map_or(0, KeyRing::len)
     }
 
     /// Whether frames are authenticated.

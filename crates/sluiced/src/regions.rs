@@ -30,7 +30,7 @@ use sluice_core::ship::{Budget, BusyRule, observations};
 use sluice_core::{Micros, Params, Remote};
 use sluice_gossip::{Node, RuleLookup, Shippers};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,8 +70,12 @@ pub struct GossipConfig {
     /// Shared key authenticating every datagram (HMAC-SHA256), at least 16 bytes. Prefer
     /// `key_file` or `SLUICE_GOSSIP_KEY` over writing it here.
     pub key: Option<String>,
-    /// A file holding the key (trailing newline ignored).
+    /// A file holding the key: one per line (blank lines and a trailing newline ignored),
+    /// or two during a rotation, the first sealing and both accepted. Re-read every
+    /// `key_reload_ms`, so a rotation needs no restart (docs/regions.md, "Key rotation").
     pub key_file: Option<PathBuf>,
+    /// How often `key_file` is re-read, ms (0: only at start).
+    pub key_reload_ms: u64,
     /// How often busy figures are shipped, ms.
     pub ship_interval_ms: u64,
     /// chitchat's gossip round, ms.
@@ -106,6 +110,7 @@ impl Default for GossipConfig {
             cluster_id: "sluice".into(),
             key: None,
             key_file: None,
+            key_reload_ms: 5_000,
             ship_interval_ms: 1_000,
             gossip_interval_ms: 500,
             max_bytes_per_interval: 8_000_000,
@@ -141,21 +146,82 @@ impl GossipConfig {
         Ok(())
     }
 
-    fn key_bytes(&self) -> anyhow::Result<Option<Vec<u8>>> {
+    /// The shared keys, the sealing one first: `key`, or the lines of `key_file` (with the
+    /// text they were read from, which a reload compares against).
+    fn keys(&self) -> anyhow::Result<(Vec<Vec<u8>>, Option<String>)> {
         if let Some(k) = &self.key {
-            return Ok(Some(k.as_bytes().to_vec()));
+            return Ok((vec![k.as_bytes().to_vec()], None));
         }
         match &self.key_file {
-            None => Ok(None),
+            None => Ok((Vec::new(), None)),
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    anyhow::anyhow!("cannot read gossip key file {}: {e}", path.display())
-                })?;
-                Ok(Some(
-                    text.trim_end_matches(['\n', '\r']).as_bytes().to_vec(),
-                ))
+                let text = read_key_file(path)?;
+                Ok((key_lines(&text, path)?, Some(text)))
             }
         }
+    }
+}
+
+fn read_key_file(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read gossip key file {}: {e}", path.display()))
+}
+
+/// The keys of a key file's text: its non-blank lines, one key or two.
+fn key_lines(text: &str, path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    let keys: Vec<Vec<u8>> = text
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.is_empty())
+        .map(|l| l.as_bytes().to_vec())
+        .collect();
+    anyhow::ensure!(
+        !keys.is_empty(),
+        "gossip key file {} holds no key",
+        path.display()
+    );
+    Ok(keys)
+}
+
+/// Re-reads the key file every `every` and hands changed keys to the node; a file that
+/// cannot be read or holds bad keys is logged and the keys in use are kept. Ends with the
+/// node.
+async fn reload_keys(
+    path: PathBuf,
+    mut last: Option<String>,
+    every: Duration,
+    regions: std::sync::Weak<Regions>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(regions) = regions.upgrade() else {
+            return;
+        };
+        let text = match read_key_file(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "gossip keys kept");
+                continue;
+            }
+        };
+        if last.as_deref() == Some(text.as_str()) {
+            continue;
+        }
+        let result = key_lines(&text, &path).and_then(|keys| {
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            regions.node.set_keys(&refs)?;
+            Ok(keys.len())
+        });
+        match result {
+            Ok(n) => tracing::info!(keys = n, file = %path.display(), "gossip keys replaced"),
+            Err(e) => {
+                tracing::warn!(error = %e, "gossip key file refused; the keys in use are kept")
+            }
+        }
+        last = Some(text);
     }
 }
 
@@ -273,7 +339,8 @@ pub async fn start(
     nc.advertise_addr = g.advertise_addr;
     nc.seeds = g.seeds.clone();
     nc.cluster_id = g.cluster_id.clone();
-    nc.key = g.key_bytes()?;
+    let (keys, key_text) = g.keys()?;
+    nc.key = keys.first().cloned();
     nc.ship_interval = Duration::from_millis(g.ship_interval_ms);
     nc.gossip_interval = Duration::from_millis(g.gossip_interval_ms);
     nc.budget = Budget {
@@ -299,6 +366,20 @@ pub async fn start(
         busy_on: g.busy_on,
         regions: g.regions,
     });
+    if keys.len() > 1 {
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        regions.node.set_keys(&refs)?;
+    }
+    if let Some(path) = &g.key_file
+        && g.key_reload_ms > 0
+    {
+        tokio::spawn(reload_keys(
+            path.clone(),
+            key_text,
+            Duration::from_millis(g.key_reload_ms),
+            Arc::downgrade(&regions),
+        ));
+    }
     metrics.add_exporter(regions.clone());
     Ok(Some(regions))
 }
@@ -339,6 +420,70 @@ mod tests {
             assert_eq!(g.shippers, want, "{text}");
         }
         assert!(serde_norway::from_str::<GossipConfig>("shippers: some_daemons").is_err());
+    }
+
+    #[test]
+    fn a_key_file_holds_one_key_or_two() {
+        let p = Path::new("k");
+        assert_eq!(
+            key_lines("first key\r\n\nsecond key\n", p).expect("two"),
+            [b"first key".to_vec(), b"second key".to_vec()]
+        );
+        assert_eq!(key_lines("only\n", p).expect("one"), [b"only".to_vec()]);
+        assert!(key_lines("\n\n", p).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_key_file_is_reread_and_a_bad_one_leaves_the_keys_in_use() {
+        const OLD: &str = "the old gossip key, long enough";
+        const NEW: &str = "the new gossip key, long enough";
+        let dir = std::env::temp_dir().join(format!("sluiced-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("gossip.key");
+        std::fs::write(&path, format!("{OLD}\n")).expect("write");
+        let mut cfg = crate::config::Config::default();
+        cfg.gossip.addr = Some(([127, 0, 0, 1], 0).into());
+        cfg.gossip.key_file = Some(path.clone());
+        cfg.gossip.key_reload_ms = 10;
+        let rules = Published::new(
+            sluice_core::rules::parse_yaml("domain: d\nrules: []\n").expect("rules"),
+        );
+        let metrics = Metrics::default();
+        let r = start(&cfg, rules, &metrics)
+            .await
+            .expect("start")
+            .expect("gossip on");
+        assert_eq!(r.node.gauges().keys, 1);
+        let wait = |want: (u64, u64)| {
+            let r = r.clone();
+            async move {
+                for _ in 0..500 {
+                    if r.node.metrics().key_changes() == want {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!(
+                    "key changes {:?}, wanted {want:?}",
+                    r.node.metrics().key_changes()
+                );
+            }
+        };
+        std::fs::write(&path, format!("{OLD}\n{NEW}\n")).expect("write");
+        wait((1, 0)).await;
+        assert_eq!(r.node.gauges().keys, 2);
+        std::fs::write(&path, "short\n").expect("write");
+        wait((1, 1)).await;
+        assert_eq!(
+            r.node.gauges().keys,
+            2,
+            "a refused file keeps the keys in use"
+        );
+        std::fs::write(&path, format!("{NEW}\n")).expect("write");
+        wait((2, 1)).await;
+        assert_eq!(r.node.gauges().keys, 1);
+        r.node.shutdown().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
