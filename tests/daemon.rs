@@ -562,3 +562,89 @@ fn a_burst_of_calls_ending_in_empty_frames_keeps_its_connection() {
         let _ = driver.await;
     });
 }
+
+#[test]
+fn networks_anonymous_traffic_route_prefixes_and_costs() {
+    use sluice_proto::sluice::v1::{CheckRequest, limiter_client::LimiterClient};
+    let r = start(
+        r#"
+domain: public-api
+rules:
+  - { id: anon, match: { api_key: { absent: true } }, key: [ip/64], algorithm: fixed_window, limit: 2, window: 1m }
+  - { id: admin, match: { route: { prefix: "GET /v1/admin/" } }, key: [api_key], algorithm: fixed_window, limit: 1, window: 1m }
+  - { id: units, key: [api_key], algorithm: fixed_window, limit: 10, window: 1m, cost: { by: route, values: { "GET /v1/export": 5 } } }
+"#,
+    );
+    let ask = |d: Value| check(r.http, &json!({"domain": "public-api", "descriptors": d}));
+    let ids = |v: &Value| -> Vec<String> {
+        v["policies"]
+            .as_array()
+            .expect("policies")
+            .iter()
+            .map(|p| p["id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    // One host rotating through its /64 is one anonymous identity.
+    for ip in ["2001:db8::1", "2001:db8::ffff:1"] {
+        let (status, v) = ask(json!({"ip": ip}));
+        assert_eq!((status, &v["allowed"]), (200, &json!(true)), "{ip}: {v}");
+        assert_eq!(ids(&v), ["anon"]);
+    }
+    let (_, v) = ask(json!({"ip": "2001:db8::2"}));
+    assert_eq!(v["allowed"], false, "{v}");
+    assert_eq!(v["decided_by"], "anon", "{v}");
+    assert_eq!(ask(json!({"ip": "2001:db8:0:1::1"})).1["allowed"], true);
+    // With an API key the anonymous rule does not apply.
+    let (_, v) = ask(json!({"ip": "2001:db8::3", "api_key": "k1"}));
+    assert_eq!(
+        (ids(&v), &v["allowed"]),
+        (vec!["units".to_string()], &json!(true))
+    );
+    // No address where a rule counts a network: a 400 naming it.
+    let (status, v) = ask(json!({"ip": "not-an-ip"}));
+    assert_eq!(status, 400, "{v}");
+    assert!(v.to_string().contains("must be an IP address"), "{v}");
+    // An export costs 5 of the 10.
+    let export = json!({"api_key": "c1", "route": "GET /v1/export"});
+    for left in [5, 0] {
+        let (_, v) = ask(export.clone());
+        assert_eq!(v["allowed"], true, "{v}");
+        assert_eq!(v["policies"][0]["remaining"], left, "{v}");
+    }
+    let (_, v) = ask(export.clone());
+    assert_eq!(v["decided_by"], "units", "{v}");
+    let (status, v) = check(
+        r.http,
+        &json!({"domain": "public-api", "descriptors": export, "cost": 300_000_000}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(v.to_string().contains("is above"), "{v}");
+    // A route prefix.
+    let admin = json!({"api_key": "a1", "route": "GET /v1/admin/users"});
+    assert_eq!(ids(&ask(admin.clone()).1), ["admin", "units"]);
+    assert_eq!(ask(admin).1["decided_by"], "admin");
+    assert_eq!(
+        ids(&ask(json!({"api_key": "a1", "route": "GET /v1/users"})).1),
+        ["units"]
+    );
+    // gRPC answers the bad address as INVALID_ARGUMENT.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut client = LimiterClient::connect(format!("http://{}", r.grpc))
+            .await
+            .expect("connect");
+        let err = client
+            .check(CheckRequest {
+                domain: "public-api".into(),
+                descriptors: [("ip".to_string(), "300.1.1.1".to_string())].into(),
+                cost: None,
+            })
+            .await
+            .expect_err("no address");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("must be an IP address"), "{err:?}");
+    });
+}

@@ -229,6 +229,12 @@ pub struct Plan<'a> {
 /// (shared only with split rules of the same identity that picked the same part), and
 /// "check all, then take all" no longer spans it and the identity's other rules.
 ///
+/// A rule with a `cost` asks for `cost` times its factor for the request
+/// ([`crate::rules::scaled`], capped at [`crate::algo::MAX_LIMIT`] for a caller that did not
+/// [`crate::matching::check`] it first). Rules of one identity that ask for different costs
+/// get a call each: a store call takes one cost, so "check all, then take all" spans only
+/// the rules asking the same.
+///
 /// `remote` supplies other regions' counts for global rules (the merge layer); region rules
 /// get none.
 pub fn plan<'a>(
@@ -266,9 +272,13 @@ pub fn plan_into<'a>(
             crate::rules::Scope::Global => remote(a),
             crate::rules::Scope::Region => Remote::default(),
         };
+        let a_cost = match a.factor {
+            1 => cost,
+            f => crate::rules::scaled(cost, f).unwrap_or(crate::algo::MAX_LIMIT),
+        };
         let c = match calls[..used]
             .iter()
-            .position(|c| applied[c.rules[0]].identity == a.identity)
+            .position(|c| c.call.cost == a_cost && applied[c.rules[0]].identity == a.identity)
         {
             Some(c) => c,
             None => {
@@ -278,7 +288,7 @@ pub fn plan_into<'a>(
                     calls.push(PlannedCall {
                         call: Call {
                             now,
-                            cost,
+                            cost: a_cost,
                             request_id: String::new(),
                             items: Vec::with_capacity(applied.len() - i),
                         },
@@ -287,7 +297,7 @@ pub fn plan_into<'a>(
                 }
                 let pc = &mut calls[used];
                 pc.call.now = now;
-                pc.call.cost = cost;
+                pc.call.cost = a_cost;
                 pc.call.request_id.clear();
                 pc.call.request_id.push_str(request_id);
                 pc.rules.clear();

@@ -188,24 +188,25 @@ pub fn answer(
     }
 }
 
-/// What an admitted request journals: `(key, window)` of each quota-sized fixed window
-/// ([`QUOTA_WINDOW`] or longer) whose store call failed, so the total survives the outage.
+/// What an admitted request journals: `(key, window, units)` of each quota-sized fixed
+/// window ([`QUOTA_WINDOW`] or longer) whose store call failed, so the total survives the
+/// outage; `units` is its call's cost (the caller's `cost` times the rule's cost factor).
 /// Nothing for a refusal or a zero-cost check: neither took anything.
 pub fn journaled<'p>(
     p: &'p Plan<'_>,
     answers: &'p [Answer],
     decision: &Decision,
     cost: u64,
-) -> impl Iterator<Item = (&'p str, &'p Window)> {
+) -> impl Iterator<Item = (&'p str, &'p Window, u64)> {
     let admitted = decision.allowed() && cost > 0;
     p.calls
         .iter()
         .zip(answers)
         .filter(move |(_, ans)| admitted && matches!(ans, Answer::Failed { .. }))
-        .flat_map(|(pc, _)| &pc.call.items)
-        .filter_map(|item| match &item.params {
+        .flat_map(|(pc, _)| pc.call.items.iter().map(|item| (item, pc.call.cost)))
+        .filter_map(|(item, units)| match &item.params {
             Params::FixedWindow { window, .. } if window.nominal() >= QUOTA_WINDOW => {
-                Some((item.key.as_str(), window))
+                Some((item.key.as_str(), window, units))
             }
             _ => None,
         })

@@ -382,7 +382,8 @@ mod tests {
             rule in "[A-Za-z0-9_.:-]{1,64}",
             kind in kind(),
         ) {
-            let names: Vec<String> = fields.keys().cloned().collect();
+            let names: Vec<crate::rules::KeyField> =
+                fields.keys().map(crate::rules::KeyField::whole).collect();
             let d = Descriptors::new(fields.into_iter().collect()).expect("valid descriptors");
             let base = identity(&dom, &names, &d).expect("every key field given");
             let id = match part {

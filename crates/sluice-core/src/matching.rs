@@ -5,10 +5,11 @@
 use crate::algo::Params;
 use crate::hash::rollout_bucket;
 use crate::keys::push_escaped;
-use crate::rules::{Domain, Mode, Override, Rule};
+use crate::rules::{Domain, KeyField, Mode, Override, Rule};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 
+pub mod addr;
 mod index;
 pub(crate) use index::Index;
 
@@ -34,6 +35,28 @@ pub enum InputError {
     /// The same name twice.
     #[error("descriptor {0:?} appears twice")]
     Duplicate(String),
+    /// A descriptor a rule counts by network (`key: [ip/64]`) that is no IP address.
+    #[error(
+        "descriptor {name:?} must be an IP address (rule {rule:?} counts it by network), got {value:?}"
+    )]
+    NotAnAddress {
+        /// The descriptor.
+        name: String,
+        /// Its value (at most 64 characters of it).
+        value: String,
+        /// A rule that keys on its network.
+        rule: String,
+    },
+    /// The caller's cost times a rule's cost factor is past the largest limit.
+    #[error("cost {cost} times {factor} (rule {rule:?}'s cost for this request) is above {max}", max = crate::algo::MAX_LIMIT)]
+    CostTooLarge {
+        /// The cost asked for.
+        cost: u64,
+        /// The rule's factor for the request.
+        factor: u64,
+        /// The rule.
+        rule: String,
+    },
 }
 
 /// A request's descriptors: bounded, unique names, looked up by name.
@@ -87,32 +110,77 @@ pub struct Applied<'a> {
     pub identity: String,
     /// The store key.
     pub key: String,
+    /// The rule's cost factor for this request ([`Rule::cost_factor`]): its store call asks
+    /// for the caller's cost times this.
+    pub factor: u64,
     /// The sub-count of a split rule ([`crate::hotkeys::split`]): then `identity`, `key` and
     /// `params` are the sub-count's. Set by [`crate::decision::plan`], never by
     /// [`applicable`].
     pub split: Option<crate::hotkeys::split::Split>,
 }
 
-/// The identity string of a rule's key fields (`None` when a key field is missing): the
-/// domain and the values escaped ([`crate::keys::push_escaped`]; [`crate::keys::unescape`]
-/// reverses it).
-pub fn identity(domain: &str, key: &[String], d: &Descriptors) -> Option<String> {
+/// The identity string of a rule's key fields (`None` when a key field is missing, or is
+/// counted by network and is no address): the domain and the values escaped
+/// ([`crate::keys::push_escaped`]; [`crate::keys::unescape`] reverses it), a masked field's
+/// value its network ([`addr::push_network`]).
+pub fn identity(domain: &str, key: &[KeyField], d: &Descriptors) -> Option<String> {
     let mut out = String::with_capacity(domain.len() + 32);
     identity_into(&mut out, domain, key, d).then_some(out)
 }
 
-fn identity_into(out: &mut String, domain: &str, key: &[String], d: &Descriptors) -> bool {
+fn identity_into(out: &mut String, domain: &str, key: &[KeyField], d: &Descriptors) -> bool {
     push_escaped(out, domain);
     for field in key {
-        let Some(v) = d.get(field) else {
+        let Some(v) = d.get(&field.name) else {
             return false;
         };
         out.push('|');
-        out.push_str(field);
+        out.push_str(&field.name);
         out.push('=');
-        push_escaped(out, v);
+        match field.mask {
+            None => push_escaped(out, v),
+            Some(m) => {
+                if !addr::push_network(out, v, m) {
+                    return false;
+                }
+            }
+        }
     }
     true
+}
+
+/// What a front end checks before deciding, to answer bad input with a 400 /
+/// `INVALID_ARGUMENT` rather than a different key: every descriptor some rule of the domain
+/// counts by network is an IP address, and the caller's `cost` times each rule's cost factor
+/// for the request stays within [`crate::algo::MAX_LIMIT`] ([`crate::rules::scaled`]).
+/// Without this check, [`applicable`] leaves out a rule whose address is no address (never
+/// a key made of something else) and [`crate::decision::plan`] caps a cost at the largest
+/// limit.
+pub fn check(domain: &Domain, d: &Descriptors, cost: u64) -> Result<(), InputError> {
+    let idx = &domain.index;
+    for (name, rule) in &idx.masked {
+        if let Some(v) = d.get(name)
+            && addr::parse(v).is_none()
+        {
+            return Err(InputError::NotAnAddress {
+                name: name.clone(),
+                value: v.chars().take(64).collect(),
+                rule: domain.rules[*rule].id.to_string(),
+            });
+        }
+    }
+    for &i in &idx.costed {
+        let r = &domain.rules[i as usize];
+        let factor = r.cost_factor(d);
+        if crate::rules::scaled(cost, factor).is_none() {
+            return Err(InputError::CostTooLarge {
+                cost,
+                factor,
+                rule: r.id.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 pub use crate::keys::store_key;
@@ -135,7 +203,7 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
 pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Applied<'a>>) {
     let idx = &domain.index;
     let seen = idx.seen(d);
-    let hits = idx.hits(&seen);
+    let hits = idx.hits(d, &seen);
     let hits = hits
         .iter()
         .map(|&i| (i as usize, &domain.rules[i as usize]));
@@ -180,6 +248,7 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
                 params: Cow::Borrowed(&r.params),
                 identity: String::new(),
                 key: String::new(),
+                factor: 1,
                 split: None,
             });
         }
@@ -209,6 +278,7 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
         };
         a.rule = r;
         a.split = None;
+        a.factor = r.cost_factor(d);
         if a.params.kind() == r.params.kind() {
             crate::keys::store_key_with_tail(&mut a.key, &a.identity, idx.key_tail(i));
         } else {
@@ -350,7 +420,7 @@ overrides:
     fn identity_escapes_hash_tag_characters() {
         let d = desc(&[("u", "a}b|c=d%")]);
         assert_eq!(
-            identity("x", &["u".into()], &d).as_deref(),
+            identity("x", &[KeyField::whole("u")], &d).as_deref(),
             Some("x|u=a%7Db%7Cc%3Dd%25")
         );
     }
@@ -377,9 +447,118 @@ rules:
         assert_eq!(ids(&out), ["two", "one", "one-again"]);
         for a in &out {
             let want = identity(&dom.name, &a.rule.key, &d).expect("key fields present");
+            assert_eq!(a.factor, 1);
             assert_eq!(a.identity, want);
             assert_eq!(a.key, store_key(&want, &a.rule.id, a.params.kind()));
         }
         assert_eq!(out[1].identity, "a%7Cb%7Bc%7D|u=a%7Db%7Cc");
+    }
+
+    const SHAPES: &str = r#"
+domain: api
+rules:
+  - { id: anon, match: { api_key: { absent: true } }, key: [ip/64], algorithm: fixed_window, limit: 10, window: 1m }
+  - { id: anon-v4, match: { api_key: { absent: true } }, key: ["ip/24,56"], algorithm: fixed_window, limit: 10, window: 1m }
+  - { id: per-ip, key: [ip], algorithm: fixed_window, limit: 10, window: 1m }
+  - { id: admin, match: { route: { prefix: "GET /v1/admin/" } }, key: [api_key], algorithm: fixed_window, limit: 10, window: 1m }
+  - { id: export, key: [api_key], algorithm: fixed_window, limit: 100, window: 1m, cost: { by: route, values: { "GET /v1/export": 25 } } }
+"#;
+
+    #[test]
+    fn an_address_is_counted_by_its_network() {
+        let set = parse_yaml(SHAPES).expect("valid");
+        let d = set.domain("api").expect("domain");
+        let of = |ip: &str| -> Vec<(String, String)> {
+            applicable(d, &desc(&[("ip", ip)]))
+                .iter()
+                .map(|a| (a.rule.id.to_string(), a.identity.clone()))
+                .collect()
+        };
+        assert_eq!(
+            of("2001:db8::1"),
+            [
+                ("anon".into(), "api|ip=2001:db8::/64".into()),
+                ("anon-v4".into(), "api|ip=2001:db8::/56".into()),
+                ("per-ip".into(), "api|ip=2001:db8::1".into()),
+            ]
+        );
+        // One host rotating through its /64 is one identity; per-ip sees each address.
+        let other = of("2001:db8:0:0:ffff:ffff:ffff:ffff");
+        assert_eq!(other[0].1, "api|ip=2001:db8::/64");
+        assert_eq!(
+            other[2].1, "api|ip=2001:db8:0:0:ffff:ffff:ffff:ffff",
+            "as given"
+        );
+        assert_eq!(of("2001:db8:0:1::1")[0].1, "api|ip=2001:db8:0:1::/64");
+        assert_eq!(
+            of("203.0.113.9"),
+            [
+                ("anon".into(), "api|ip=203.0.113.9/32".into()),
+                ("anon-v4".into(), "api|ip=203.0.113.0/24".into()),
+                ("per-ip".into(), "api|ip=203.0.113.9".into()),
+            ]
+        );
+        let a = applicable(d, &desc(&[("ip", "203.0.113.9")]));
+        assert_eq!(a[1].key, "sl:{api|ip=203.0.113.0/24}:f:anon-v4");
+        // No address: the masked rules do not apply (never a key made of the text), and
+        // `check` is the 400 a front end answers first.
+        assert_eq!(of("nope"), [("per-ip".into(), "api|ip=nope".into())]);
+        let err = check(d, &desc(&[("ip", "nope")]), 1).expect_err("no address");
+        assert_eq!(
+            err.to_string(),
+            "descriptor \"ip\" must be an IP address (rule \"anon\" counts it by network), got \"nope\""
+        );
+        assert_eq!(check(d, &desc(&[("ip", "::ffff:1.2.3.4")]), 1), Ok(()));
+        assert_eq!(
+            check(d, &desc(&[("route", "x")]), 1),
+            Ok(()),
+            "no ip, no problem"
+        );
+    }
+
+    #[test]
+    fn absent_and_prefix_matchers_select_requests() {
+        let set = parse_yaml(SHAPES).expect("valid");
+        let d = set.domain("api").expect("domain");
+        let of = |pairs: &[(&str, &str)]| ids(&applicable(d, &desc(pairs)));
+        assert_eq!(of(&[("ip", "10.0.0.1")]), ["anon", "anon-v4", "per-ip"]);
+        assert_eq!(
+            of(&[("ip", "10.0.0.1"), ("api_key", "k")]),
+            ["per-ip", "export"],
+            "a key: no anonymous rule"
+        );
+        assert_eq!(
+            of(&[("api_key", "k"), ("route", "GET /v1/admin/users")]),
+            ["admin", "export"]
+        );
+        assert_eq!(
+            of(&[("api_key", "k"), ("route", "GET /v1/admin")]),
+            ["export"]
+        );
+        assert_eq!(
+            of(&[("api_key", "k"), ("route", "POST /v1/admin/x")]),
+            ["export"]
+        );
+    }
+
+    #[test]
+    fn a_cost_factor_is_the_rules_for_the_request() {
+        let set = parse_yaml(SHAPES).expect("valid");
+        let d = set.domain("api").expect("domain");
+        let factor = |route: &str| {
+            let a = applicable(d, &desc(&[("api_key", "k"), ("route", route)]));
+            a.iter()
+                .map(|a| (a.rule.id.to_string(), a.factor))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(factor("GET /v1/export"), [("export".to_string(), 25)]);
+        assert_eq!(factor("GET /v1/users"), [("export".to_string(), 1)]);
+        let export = desc(&[("api_key", "k"), ("route", "GET /v1/export")]);
+        assert_eq!(check(d, &export, 40_000_000), Ok(()));
+        assert_eq!(
+            check(d, &export, 40_000_001).map_err(|e| e.to_string()),
+            Err("cost 40000001 times 25 (rule \"export\"'s cost for this request) is above 1000000000".into())
+        );
+        assert!(check(d, &export, u64::MAX).is_err(), "never wraps");
     }
 }

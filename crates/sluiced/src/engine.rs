@@ -289,6 +289,7 @@ impl Engine {
         let dom = rules
             .domain(domain)
             .ok_or_else(|| CheckError::UnknownDomain(domain.chars().take(128).collect()))?;
+        sluice_core::matching::check(dom, &d, cost)?;
         let now = self.clock.now();
         let request_id = request_id(&self.daemon_tag, self.seq.fetch_add(1, Ordering::Relaxed));
         let decided = AssertUnwindSafe(self.decide(rules.version, dom, &d, now, cost, &request_id))
@@ -350,10 +351,11 @@ impl Engine {
             u.observe(&p, &answers, now);
         }
         if let Some(j) = &self.journal {
-            for (key, window) in sluice_core::guard::journaled(&p, &answers, &decision, cost) {
+            for (key, window, units) in sluice_core::guard::journaled(&p, &answers, &decision, cost)
+            {
                 j.record(&crate::journal::Entry {
                     now,
-                    cost,
+                    cost: units,
                     window: window.clone(),
                     key: key.to_string(),
                 });
@@ -475,6 +477,7 @@ impl Engine {
         let dom = rules
             .domain(domain)
             .ok_or_else(|| CheckError::UnknownDomain(domain.chars().take(128).collect()))?;
+        sluice_core::matching::check(dom, &d, 0)?;
         let now = self.clock.now();
         let mut released = 0;
         for a in applicable(dom, &d)

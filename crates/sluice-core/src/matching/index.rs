@@ -6,10 +6,13 @@
 //! against the few fields, a pair found by its hash and then compared as a string, once per
 //! descriptor. Each rule's matchers are numbers too, so checking a candidate compares
 //! integers only. Each rule sits in exactly one candidate list, its rarest exact pair's (or
-//! the unanchored one).
+//! the unanchored one). Rules with a prefix or an absence among their matchers are kept in
+//! lists of their own (by the same anchors), checked in a second pass that a rule set
+//! without such rules skips whole, so the first pass stays integer comparisons only; a
+//! prefix is compared as bytes against the one descriptor it names.
 
 use super::{Descriptors, MAX_DESCRIPTORS};
-use crate::rules::{Override, Rule};
+use crate::rules::{IpMask, Match, Override, Rule};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
@@ -54,6 +57,23 @@ enum Matcher {
     Present(u32),
 }
 
+/// A matcher that needs more than a number compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Narrow {
+    /// The field must be among the descriptors, its value starting with prefix number `.1`.
+    Prefix(u32, u32),
+    /// The field must not be among the descriptors.
+    Absent(u32),
+}
+
+/// One key field of a rule, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct KeyRef {
+    field: u32,
+    /// Counted by its network ([`super::addr`]).
+    mask: Option<IpMask>,
+}
+
 /// An exact `(field, value)` some rule or override asks for, and who is indexed under it.
 #[derive(Debug)]
 struct Pair {
@@ -61,6 +81,8 @@ struct Pair {
     value: String,
     /// Rules whose rarest exact pair this is, in file order.
     rules: Vec<u32>,
+    /// The same for rules with a prefix or absence matcher.
+    narrow_rules: Vec<u32>,
     /// Overrides whose first identity entry this is, in file order.
     overrides: Vec<u32>,
 }
@@ -83,10 +105,25 @@ pub(crate) struct Index {
     unanchored: Vec<u32>,
     /// Per rule, its matchers.
     matchers: Vec<Box<[Matcher]>>,
+    /// Per rule, its prefix and absence matchers (mostly none).
+    narrow: Vec<Box<[Narrow]>>,
+    /// Rules with a prefix or absence matcher and no exact one, in file order.
+    narrow_unanchored: Vec<u32>,
+    /// Whether any rule has a prefix or absence matcher (else the second pass is skipped).
+    has_narrow: bool,
+    /// The prefixes of [`Narrow::Prefix`], by number.
+    prefixes: Vec<Box<str>>,
     /// Per rule: what its store keys hold after the identity ([`crate::keys::key_tail`]).
     key_tails: Vec<Box<str>>,
-    /// Per rule: the numbers of its key fields, in order.
-    key_fields: Vec<Box<[u32]>>,
+    /// Per rule: its key fields, in order.
+    key_fields: Vec<Box<[KeyRef]>>,
+    /// Per rule: the first rule with the same key fields and masks (so the same identity).
+    key_class: Vec<u32>,
+    /// Each descriptor some rule counts by network, with the first such rule: a request's
+    /// value must be an address ([`super::check`]).
+    pub(super) masked: Vec<(String, usize)>,
+    /// Rules with a `cost`, in file order.
+    pub(super) costed: Vec<u32>,
     /// The domain name escaped: how every identity begins.
     domain: String,
     has_overrides: bool,
@@ -133,38 +170,76 @@ impl Index {
         };
         let mut freq: HashMap<(&str, &str), usize> = HashMap::new();
         for r in rules {
-            for (k, v) in &r.matchers {
-                if let Some(v) = v {
+            for (k, m) in &r.matchers {
+                if let Match::Equals(v) = m {
                     *freq.entry((k, v)).or_default() += 1;
                 }
             }
         }
+        let mut classes: HashMap<Box<[KeyRef]>, u32> = HashMap::new();
         for (i, r) in rules.iter().enumerate() {
             let anchor = r
                 .matchers
                 .iter()
-                .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v.as_str())))
+                .filter_map(|(k, m)| match m {
+                    Match::Equals(v) => Some((k.as_str(), v.as_str())),
+                    _ => None,
+                })
                 .min_by_key(|kv| freq.get(kv).copied().unwrap_or(0));
-            match anchor {
-                Some((k, v)) => {
+            let is_narrow = r
+                .matchers
+                .iter()
+                .any(|(_, m)| matches!(m, Match::Prefix(_) | Match::Absent));
+            idx.has_narrow |= is_narrow;
+            match (anchor, is_narrow) {
+                (Some((k, v)), false) => {
                     let p = idx.pair(k, v);
                     idx.pairs[p as usize].rules.push(i as u32);
                 }
-                None => idx.unanchored.push(i as u32),
+                (Some((k, v)), true) => {
+                    let p = idx.pair(k, v);
+                    idx.pairs[p as usize].narrow_rules.push(i as u32);
+                }
+                (None, false) => idx.unanchored.push(i as u32),
+                (None, true) => idx.narrow_unanchored.push(i as u32),
             }
-            let ms: Box<[Matcher]> = r
-                .matchers
-                .iter()
-                .map(|(k, v)| match v {
-                    Some(v) => Matcher::Exact(idx.pair(k, v)),
-                    None => Matcher::Present(idx.field(k)),
-                })
-                .collect();
-            idx.matchers.push(ms);
+            let mut ms = Vec::new();
+            let mut narrow = Vec::new();
+            for (k, m) in &r.matchers {
+                match m {
+                    Match::Equals(v) => ms.push(Matcher::Exact(idx.pair(k, v))),
+                    Match::Any => ms.push(Matcher::Present(idx.field(k))),
+                    Match::Prefix(p) => {
+                        idx.prefixes.push(p.as_str().into());
+                        let n = (idx.prefixes.len() - 1) as u32;
+                        narrow.push(Narrow::Prefix(idx.field(k), n));
+                    }
+                    Match::Absent => narrow.push(Narrow::Absent(idx.field(k))),
+                }
+            }
+            idx.narrow.push(narrow.into());
+            idx.matchers.push(ms.into());
             idx.key_tails
                 .push(crate::keys::key_tail(&r.id, r.params.kind()).into());
-            let kf: Box<[u32]> = r.key.iter().map(|k| idx.field(k)).collect();
+            let kf: Box<[KeyRef]> = r
+                .key
+                .iter()
+                .map(|k| KeyRef {
+                    field: idx.field(&k.name),
+                    mask: k.mask,
+                })
+                .collect();
+            let class = *classes.entry(kf.clone()).or_insert(i as u32);
+            idx.key_class.push(class);
             idx.key_fields.push(kf);
+            for k in r.key.iter().filter(|k| k.mask.is_some()) {
+                if !idx.masked.iter().any(|(n, _)| *n == k.name) {
+                    idx.masked.push((k.name.clone(), i));
+                }
+            }
+            if r.cost.is_some() {
+                idx.costed.push(i as u32);
+            }
         }
         for (i, o) in overrides.iter().enumerate() {
             if let Some((k, v)) = o.identity.iter().next() {
@@ -220,6 +295,7 @@ impl Index {
             field,
             value: v.to_string(),
             rules: Vec::new(),
+            narrow_rules: Vec::new(),
             overrides: Vec::new(),
         });
         p
@@ -277,18 +353,34 @@ impl Index {
     // `contains`' chunked search costs more than a plain loop on a few elements: 100
     // instructions a decision on the bench workload.
     #[allow(clippy::manual_contains)]
-    pub(crate) fn hits(&self, s: &Seen) -> SmallVec<[u32; 8]> {
+    pub(crate) fn hits(&self, d: &Descriptors, s: &Seen) -> SmallVec<[u32; 8]> {
         let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
         // Each rule is in one list and the seen pairs are distinct: no rule comes twice.
         let lists = s.pairs().iter().map(|&p| &self.pairs[p as usize].rules);
         for ids in std::iter::once(&self.unanchored).chain(lists) {
             for &i in ids {
-                let holds = self.matchers[i as usize].iter().all(|m| match *m {
-                    Matcher::Exact(p) => s.pairs().iter().any(|&x| x == p),
-                    Matcher::Present(f) => s.fields().iter().any(|&x| x == f),
-                });
-                if holds {
+                if self.plain_hold(i, s) {
                     hits.push(i);
+                }
+            }
+        }
+        if self.has_narrow {
+            let lists = s
+                .pairs()
+                .iter()
+                .map(|&p| &self.pairs[p as usize].narrow_rules);
+            for ids in std::iter::once(&self.narrow_unanchored).chain(lists) {
+                for &i in ids {
+                    let holds = self.plain_hold(i, s)
+                        && self.narrow[i as usize].iter().all(|m| match *m {
+                            Narrow::Absent(f) => !s.fields().iter().any(|&x| x == f),
+                            Narrow::Prefix(f, p) => s.position(f).is_some_and(|j| {
+                                d.entries[j].1.starts_with(&*self.prefixes[p as usize])
+                            }),
+                        });
+                    if holds {
+                        hits.push(i);
+                    }
                 }
             }
         }
@@ -296,9 +388,19 @@ impl Index {
         hits
     }
 
+    /// Whether rule `i`'s value and `"*"` matchers hold.
+    #[allow(clippy::manual_contains)]
+    #[inline]
+    fn plain_hold(&self, i: u32, s: &Seen) -> bool {
+        self.matchers[i as usize].iter().all(|m| match *m {
+            Matcher::Exact(p) => s.pairs().iter().any(|&x| x == p),
+            Matcher::Present(f) => s.fields().iter().any(|&x| x == f),
+        })
+    }
+
     /// Rule `i`'s identity for `d` into `out` (cleared first): the escaped domain, then
     /// `|field=value` per key field ([`super::identity`]); `false` when a key field is
-    /// missing.
+    /// missing, or is counted by network and is no address.
     pub(crate) fn identity_into(
         &self,
         out: &mut String,
@@ -308,22 +410,30 @@ impl Index {
     ) -> bool {
         out.clear();
         out.push_str(&self.domain);
-        for &f in self.key_fields[i].iter() {
-            let Some(j) = s.position(f) else {
+        for kf in self.key_fields[i].iter() {
+            let Some(j) = s.position(kf.field) else {
                 return false;
             };
             let (k, v) = &d.entries[j];
             out.push('|');
             out.push_str(k);
             out.push('=');
-            crate::keys::push_escaped(out, v);
+            match kf.mask {
+                None => crate::keys::push_escaped(out, v),
+                // A network holds no character that needs escaping.
+                Some(m) => {
+                    if !super::addr::push_network(out, v, m) {
+                        return false;
+                    }
+                }
+            }
         }
         true
     }
 
-    /// Whether rules `i` and `j` have the same key fields (so the same identity).
+    /// Whether rules `i` and `j` have the same key fields and masks (so the same identity).
     pub(crate) fn same_key(&self, i: usize, j: usize) -> bool {
-        self.key_fields[i] == self.key_fields[j]
+        self.key_class[i] == self.key_class[j]
     }
 
     /// The overrides that may hold (their first identity entry is among the descriptors), in
@@ -351,33 +461,34 @@ mod tests {
     use crate::rules::{Rule, parse_yaml};
     use proptest::prelude::*;
 
-    /// The definition the index must agree with: every matcher compared as strings.
+    /// The definition the index must agree with: every matcher compared as strings, one
+    /// rule after another.
     fn matches(rule: &Rule, d: &crate::matching::Descriptors) -> bool {
-        rule.matchers
-            .iter()
-            .all(|(k, want)| match (d.get(k), want) {
-                (Some(v), Some(w)) => v == w,
-                (Some(_), None) => true,
-                (None, _) => false,
-            })
+        rule.matchers.iter().all(|(k, m)| m.holds(d.get(k)))
     }
 
-    /// A matcher per field: absent, `"*"` or one of two values.
-    fn matcher() -> impl Strategy<Value = Option<Option<&'static str>>> {
+    /// A matcher per field as written: none, `"*"`, one of two values, a prefix (of
+    /// values too: `x` starts `x` and `xy`, the empty value none), or absent.
+    fn matcher() -> impl Strategy<Value = Option<&'static str>> {
         prop_oneof![
             Just(None),
-            Just(Some(None)),
-            Just(Some(Some("x"))),
-            Just(Some(Some("y")))
+            Just(Some("\"*\"")),
+            Just(Some("x")),
+            Just(Some("y")),
+            Just(Some("{ prefix: x }")),
+            Just(Some("{ prefix: xy }")),
+            Just(Some("{ absent: true }")),
         ]
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
         #[test]
         fn hits_are_the_rules_whose_matchers_hold(
             rules in prop::collection::vec(prop::collection::vec(matcher(), 3), 1..12),
             values in prop::collection::vec(
-                prop_oneof![Just(None), Just(Some("x")), Just(Some("y")), Just(Some("z"))],
+                prop_oneof![Just(None), Just(Some("x")), Just(Some("y")), Just(Some("xy")), Just(Some("z")), Just(Some(""))],
                 4,
             ),
         ) {
@@ -387,7 +498,7 @@ mod tests {
                 let m: Vec<String> = fields
                     .iter()
                     .zip(ms)
-                    .filter_map(|(f, m)| m.map(|v| format!("{f}: \"{}\"", v.unwrap_or("*"))))
+                    .filter_map(|(f, m)| m.map(|v| format!("{f}: {v}")))
                     .collect();
                 let m = if m.is_empty() { String::new() } else { format!("match: {{ {} }}, ", m.join(", ")) };
                 y.push_str(&format!(
@@ -406,7 +517,7 @@ mod tests {
             let want: Vec<u32> = (0..dom.rules.len() as u32)
                 .filter(|&i| matches(&dom.rules[i as usize], &d))
                 .collect();
-            let got = dom.index.hits(&dom.index.seen(&d));
+            let got = dom.index.hits(&d, &dom.index.seen(&d));
             prop_assert_eq!(got.as_slice(), want.as_slice(), "{}", y);
         }
     }

@@ -6,16 +6,21 @@
 //! whole: the daemon keeps serving its last good set.
 //!
 //! This file holds the types and the entry points; `fields` reads one mapping's fields,
-//! `rule` validates a rule, `overrides` an override, and `algorithms` is the table of the
-//! numbers each algorithm takes.
+//! `rule` validates a rule, `overrides` an override, `algorithms` is the table of the
+//! numbers each algorithm takes, `matchers` the `match` conditions and `key` fields beyond
+//! plain names and values, and `cost` a rule's cost factors.
 
 mod algorithms;
+mod cost;
 mod fields;
+mod matchers;
 mod overrides;
 mod rule;
 
 pub use algorithms::{ALGORITHM_FIELDS, ALGORITHMS, AlgorithmFields};
+pub use cost::{Cost, scaled};
 pub(crate) use fields::Fields;
+pub use matchers::{IpMask, KeyField, Match};
 use overrides::override_;
 use rule::rule;
 
@@ -73,10 +78,12 @@ pub struct Rule {
     pub id: Arc<str>,
     /// Within a group only the most specific matching rule applies.
     pub group: Option<String>,
-    /// `(field, Some(value))` must equal; `(field, None)` is `"*"`: present, any value.
-    pub matchers: Vec<(String, Option<String>)>,
+    /// Every `(descriptor, condition)` must hold ([`Match::holds`]).
+    pub matchers: Vec<(String, Match)>,
     /// Descriptor fields forming the identity counted against.
-    pub key: Vec<String>,
+    pub key: Vec<KeyField>,
+    /// Units a request takes: the caller's cost times this factor (`None`: times 1).
+    pub cost: Option<Cost>,
     /// Algorithm and numbers.
     pub params: Params,
     /// Enforce, shadow or off.
@@ -103,9 +110,21 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// Non-wildcard matchers: the rule's specificity within a group.
+    /// Non-wildcard matchers (values, prefixes, absences): the rule's specificity within a
+    /// group.
     pub fn specificity(&self) -> usize {
-        self.matchers.iter().filter(|(_, v)| v.is_some()).count()
+        self.matchers
+            .iter()
+            .filter(|(_, m)| *m != Match::Any)
+            .count()
+    }
+
+    /// The rule's cost factor for a request ([`Cost::factor`]; 1 without a `cost`).
+    pub fn cost_factor(&self, d: &crate::matching::Descriptors) -> u64 {
+        match &self.cost {
+            None => 1,
+            Some(c) => c.factor(c.by.as_deref().and_then(|b| d.get(b))),
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! numbers and its `hot_keys` block.
 
 use super::algorithms::{ALGORITHM_FIELDS, ALGORITHMS, AlgorithmFields};
+use super::cost::cost;
+use super::matchers::{KeyField, key_field, match_value};
 use super::{FailureMode, Fields, HeaderMode, Mode, Problem, Rule, Scope};
 use crate::algo::{Calendar, CalendarUnit, Kind, MAX_LIMIT, MAX_LOG_LIMIT, Params, Rate, Window};
 use crate::time::{MILLI, SECOND, Span};
@@ -54,22 +56,12 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     match f.take("match") {
         Some(Value::Object(m)) => {
             for (k, v) in m {
-                let val = match v {
-                    Value::String(s) => s.clone(),
-                    Value::Number(n) => n.to_string(),
-                    Value::Bool(b) => b.to_string(),
-                    other => {
-                        f.bad(
-                            "match",
-                            format!("value of {k:?} must be a string, got {other}"),
-                        );
-                        continue;
-                    }
-                };
                 if !valid_field(k) {
                     f.bad("match", format!("{k:?} is not a descriptor name"));
                 }
-                matchers.push((k.clone(), (val != "*").then_some(val)));
+                if let Some(c) = match_value(&mut f, k, v) {
+                    matchers.push((k.clone(), c));
+                }
             }
         }
         None => {}
@@ -78,17 +70,34 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
             format!("expected a mapping of descriptor to value, got {other}"),
         ),
     }
-    let mut key = Vec::new();
+    let mut key: Vec<KeyField> = Vec::new();
     match f.take("key") {
         Some(Value::Array(items)) => {
             for it in items {
-                match it.as_str() {
-                    Some(s) if valid_field(s) => key.push(s.to_string()),
-                    _ => f.bad("key", format!("{it} is not a descriptor name")),
+                // `[ip/24,64]` unquoted in a flow list reads as `ip/24` and `64`.
+                if let Some(n) = it.as_u64()
+                    && key.last().is_some_and(|k| k.mask.is_some())
+                {
+                    f.bad(
+                        "key",
+                        format!("{n} follows a prefix length: for IPv4 and IPv6 lengths quote the entry, \"ip/24,{n}\""),
+                    );
+                    continue;
+                }
+                let Some(s) = it.as_str() else {
+                    f.bad("key", format!("{it} is not a descriptor name"));
+                    continue;
+                };
+                match key_field(s, valid_field) {
+                    Ok(k) => key.push(k),
+                    Err(m) => f.bad("key", m),
                 }
             }
         }
-        Some(Value::String(s)) if valid_field(s) => key.push(s.clone()),
+        Some(Value::String(s)) => match key_field(s, valid_field) {
+            Ok(k) => key.push(k),
+            Err(m) => f.bad("key", m),
+        },
         None => f.bad(
             "key",
             "is required (a list of descriptor names; [] for one counter shared by all)",
@@ -98,6 +107,8 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
             format!("expected a list of descriptor names, got {other}"),
         ),
     }
+    let cost_v = f.take("cost");
+    let cost = cost(&mut f, cost_v, valid_field);
     let algorithm = f.string("algorithm", true);
     let rate_per_s = f.count("rate_per_s", MAX_LIMIT);
     let rate = f.rate("rate");
@@ -245,6 +256,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         group,
         matchers,
         key,
+        cost,
         params: params?,
         mode,
         on_store_failure,

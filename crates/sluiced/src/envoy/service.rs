@@ -10,7 +10,7 @@ use sluice_core::Remote;
 use sluice_core::algo::{MAX_LIMIT, Params, Window};
 use sluice_core::decision::{Decision, plan};
 use sluice_core::matching::Descriptors;
-use sluice_core::rules::{Domain, FailureMode, HeaderMode, Mode, Rule, Scope};
+use sluice_core::rules::{Domain, FailureMode, HeaderMode, KeyField, Mode, Rule, Scope};
 use sluice_core::time::SECOND;
 use sluice_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use sluice_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
@@ -156,7 +156,8 @@ impl RateLimitService {
             id: Arc::from(id.as_str()),
             group: None,
             matchers: Vec::new(),
-            key: keys,
+            key: keys.into_iter().map(KeyField::whole).collect(),
+            cost: None,
             params: Params::FixedWindow {
                 limit: u64::from(limit.requests_per_unit).min(MAX_LIMIT),
                 window: Window::Epoch(unit_s * SECOND),
@@ -454,6 +455,24 @@ rules:
                 .await
                 .is_err()
         );
+        // A rule counting an address by network: anything else is INVALID_ARGUMENT.
+        let set = sluice_core::rules::parse_yaml(
+            "domain: edge\nrules:\n  - { id: net, key: [remote_address/64], algorithm: fixed_window, limit: 5, window: 1m }\n",
+        )
+        .expect("valid rules");
+        s.engine.rules.publish(set);
+        let err = s
+            .answer(req("edge", vec![desc(&[("remote_address", "10.1.1")])], 1))
+            .await
+            .expect_err("no address");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("must be an IP address"), "{err:?}");
+        let ok = ask(
+            &s,
+            req("edge", vec![desc(&[("remote_address", "2001:db8::9")])], 1),
+        )
+        .await;
+        assert_eq!(ok.overall_code, RlsCode::Ok as i32);
     }
 
     /// A store whose every call fails, as Redis does when it is down.
