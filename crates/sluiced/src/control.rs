@@ -128,9 +128,7 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
     );
     let published = source.published();
     let task = source.spawn(stop);
-    let store = Arc::new(
-        Store::new(url)?.with_pending_ttl(Duration::from_secs(cfg.pending_ttl_s)),
-    );
+    let store = Arc::new(Store::new(url)?.with_pending_ttl(Duration::from_secs(cfg.pending_ttl_s)));
     Ok(Rules {
         published,
         task,
