@@ -7,6 +7,8 @@
 //! - `daemon.rs`: the daemon on its embedded default (memory store, YAML rules).
 //! - `deploy.rs`: the Grafana dashboard and alert rules in deploy/ query only what a running
 //!   daemon exports.
+//! - `fleet.rs`: three regions × three daemons, one sender per region, a global limit held
+//!   while a sender is killed.
 //! - `failures.rs`: Redis paused, killed and restarted under a daemon; the quota journal.
 //! - `hot_keys.rs`, `sync_gate.rs`: the hot-key layer (deny cache, leases, the sync gate and
 //!   the local share) on a real Redis.
