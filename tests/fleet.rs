@@ -9,12 +9,13 @@
 //!
 //! About four minutes (three whole windows of 60 s plus start-up).
 
-use serde_json::{Value, json};
-use sluice_testkit::{Daemon, Metrics, RedisServer, TempDir, cargo_bin, free_ports, http_request};
+use serde_json::json;
+use sluice_testkit::{Daemon, RedisServer, TempDir, cargo_bin, free_ports};
+use sluice_tests::common::regions::{check, metric, now_ms, pace};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY: &str = "fleet test gossip key, 32 bytes!";
 const WINDOW_MS: u64 = 60_000;
@@ -49,20 +50,6 @@ struct Fleet {
     /// Per region: its Redis and its daemons, `<region>-1` first (the lowest id: the sender).
     regions: Vec<(RedisServer, Vec<Node>)>,
     _dir: TempDir,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn metric(http: SocketAddr, series: &str) -> f64 {
-    Metrics::scrape(http)
-        .ok()
-        .and_then(|m| m.get(series))
-        .unwrap_or(0.0)
 }
 
 impl Fleet {
@@ -171,52 +158,26 @@ impl Fleet {
     }
 }
 
-fn check(http: SocketAddr) -> Option<bool> {
+fn check_one(http: SocketAddr) -> Option<bool> {
     let body = json!({"domain": "public-api",
         "descriptors": {"route": "GET /global", "api_key": "k_fleet"}, "cost": 1});
-    let r = http_request(
-        http,
-        "POST",
-        "/v1/limits:check",
-        &[("content-type", "application/json")],
-        body.to_string().as_bytes(),
-    )
-    .ok()?;
-    let v: Value = serde_json::from_slice(&r.body).ok()?;
-    (r.status == 200).then(|| v["allowed"] == json!(true))
+    check(http, &body).map(|v| v["allowed"] == json!(true))
 }
 
 /// One decided request: when (ms), which region, whether admitted.
 type Sent = (u64, usize, bool);
 
-/// Paced checks on one daemon until `stop`, skipping the 30 ms around each window boundary
-/// so client and daemon agree on the window of every request.
+/// Paced checks on one daemon until `stop`.
 fn load(
     http: SocketAddr,
     region: usize,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<Sent>> {
     std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let start = Instant::now();
-        let gap = Duration::from_secs_f64(1.0 / PER_DAEMON_PER_S);
-        let mut n = 0u32;
-        while !stop.load(Ordering::Relaxed) {
-            let due = start + gap * n;
-            n += 1;
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let t = now_ms();
-            if !(15..WINDOW_MS - 15).contains(&(t % WINDOW_MS)) {
-                continue;
-            }
-            // A daemon that was killed answers nothing: its load stops counting.
-            if let Some(ok) = check(http) {
-                out.push((t, region, ok));
-            }
-        }
-        out
+        // A daemon that was killed answers nothing: its load stops counting.
+        pace(PER_DAEMON_PER_S, WINDOW_MS, &stop, |t| {
+            check_one(http).map(|ok| (t, region, ok))
+        })
     })
 }
 

@@ -15,12 +15,13 @@
 use serde_json::{Value, json};
 use sluice_gossip::pack::{Header, pack};
 use sluice_gossip::{FrameCodec, Kind};
-use sluice_testkit::{Daemon, Metrics, RedisServer, cargo_bin, free_ports, http_request};
+use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports};
+use sluice_tests::common::regions::{self, metric, now_ms, pace};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const CLUSTER: &str = "e2e-regions";
 const KEY: &str = "e2e shared gossip key, 32 bytes!";
@@ -180,35 +181,10 @@ impl Cluster {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// A metric's value (`name` or `name{labels}` exactly), 0 when absent or unreadable.
-fn metric(http: SocketAddr, series: &str) -> f64 {
-    Metrics::scrape(http)
-        .ok()
-        .and_then(|m| m.get(series))
-        .unwrap_or(0.0)
-}
-
 fn check(http: SocketAddr, route: &str, key: &str, cost: u64) -> Option<Value> {
     let body = json!({"domain": "public-api",
         "descriptors": {"route": route, "api_key": key}, "cost": cost});
-    let r = http_request(
-        http,
-        "POST",
-        "/v1/limits:check",
-        &[("content-type", "application/json")],
-        body.to_string().as_bytes(),
-    )
-    .ok()?;
-    (r.status == 200)
-        .then(|| serde_json::from_slice(&r.body).ok())
-        .flatten()
+    regions::check(http, &body)
 }
 
 /// One decided request: the window it was sent in, which region, which route, the verdict.
@@ -220,9 +196,8 @@ struct Sent {
     allowed: bool,
 }
 
-/// Sends `rate` requests a second to `http` on `route` until `stop`, paced on an absolute
-/// schedule, skipping the 30 ms around each window boundary (so client and daemon agree on
-/// the window of every request).
+/// Sends `rate` requests a second to `http` on `route` until `stop`, clear of window
+/// boundaries ([`regions::pace`]).
 fn load(
     http: SocketAddr,
     region: usize,
@@ -231,31 +206,14 @@ fn load(
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<Sent>> {
     std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let start = Instant::now();
-        let gap = Duration::from_secs_f64(1.0 / rate);
-        let mut n = 0u32;
-        while !stop.load(Ordering::Relaxed) {
-            let due = start + gap * n;
-            n += 1;
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let t = now_ms();
-            let phase = t % window_ms;
-            if !(15..window_ms - 15).contains(&phase) {
-                continue;
-            }
-            if let Some(v) = check(http, route, key, 1) {
-                out.push(Sent {
-                    window: t / window_ms,
-                    region,
-                    global: route == "GET /global",
-                    allowed: v["allowed"] == json!(true),
-                });
-            }
-        }
-        out
+        pace(rate, window_ms, &stop, |t| {
+            check(http, route, key, 1).map(|v| Sent {
+                window: t / window_ms,
+                region,
+                global: route == "GET /global",
+                allowed: v["allowed"] == json!(true),
+            })
+        })
     })
 }
 

@@ -1,9 +1,10 @@
 //! What several end-to-end tests share: bounded waits, one measured load at a time, a start
-//! clear of an hour boundary, a `sluiced` on a Redis ([`node`]) and paced gRPC load
-//! ([`load`]).
+//! clear of an hour boundary, a `sluiced` on a Redis ([`node`]), paced gRPC load
+//! ([`load`]) and what the multi-region tests share ([`regions`]).
 
 pub mod load;
 pub mod node;
+pub mod regions;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

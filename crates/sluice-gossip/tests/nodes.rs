@@ -1,48 +1,15 @@
 //! Real nodes on loopback: membership, shipping, merging, and what is refused.
 
-use sluice_core::algo::{Kind, Window};
+mod common;
+
+use common::{MIN, OneRule, cfg, params, wait_for};
+use sluice_core::Params;
+use sluice_core::algo::Kind;
 use sluice_core::matching::store_key;
 use sluice_core::ship::Observed;
-use sluice_core::{Micros, Params};
-use sluice_gossip::{Config, Node, Reject, RuleLookup, now_micros};
-use std::net::SocketAddr;
+use sluice_gossip::{Node, Reject, RuleLookup, now_micros};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-const MIN: Micros = 60_000_000;
-
-/// Knows one global rule, `g`: 1,000 per minute. Everything else is unknown.
-struct OneRule;
-
-impl RuleLookup for OneRule {
-    fn global_params(&self, _identity: &str, rule: &str) -> Option<Params> {
-        (rule == "g").then_some(Params::FixedWindow {
-            limit: 1000,
-            window: Window::Epoch(MIN),
-        })
-    }
-}
-
-fn params() -> Params {
-    OneRule.global_params("", "g").expect("known")
-}
-
-fn cfg(region: &str, id: &str, seeds: &[SocketAddr], key: Option<&[u8]>) -> Config {
-    let mut c = Config::new(region, id, ([127, 0, 0, 1], 0).into());
-    c.seeds = seeds.iter().map(|s| s.to_string()).collect();
-    c.key = key.map(<[u8]>::to_vec);
-    c.ship_interval = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
-    c
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use std::time::Duration;
 
 const KEY: &[u8] = b"a shared key of enough bytes";
 

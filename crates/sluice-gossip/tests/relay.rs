@@ -2,52 +2,25 @@
 //! regions, figures decided anywhere reach every daemon elsewhere, and a dead sender or
 //! receiver is replaced.
 
-use sluice_core::algo::{Kind, Window};
+mod common;
+
+use common::{MIN, OneRule, params, wait_for};
+use sluice_core::algo::Kind;
 use sluice_core::matching::store_key;
 use sluice_core::relay::Hop;
 use sluice_core::ship::{Observed, ShipEntry};
-use sluice_core::{Micros, Params};
 use sluice_gossip::pack::{Header, pack_hop};
-use sluice_gossip::{Config, FrameCodec, Node, RuleLookup, Scope, Shippers, now_micros};
+use sluice_gossip::{Config, FrameCodec, Node, Scope, Shippers, now_micros};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const MIN: Micros = 60_000_000;
 const KEY: &[u8] = b"a shared key of enough bytes";
 
-/// Knows one global rule, `g`: 1,000 per minute.
-struct OneRule;
-
-impl RuleLookup for OneRule {
-    fn global_params(&self, _identity: &str, rule: &str) -> Option<Params> {
-        (rule == "g").then_some(params())
-    }
-}
-
-fn params() -> Params {
-    Params::FixedWindow {
-        limit: 1000,
-        window: Window::Epoch(MIN),
-    }
-}
-
 fn cfg(region: &str, id: &str, seeds: &[SocketAddr], shippers: Shippers) -> Config {
-    let mut c = Config::new(region, id, ([127, 0, 0, 1], 0).into());
-    c.seeds = seeds.iter().map(|s| s.to_string()).collect();
-    c.key = Some(KEY.to_vec());
-    c.ship_interval = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
+    let mut c = common::cfg(region, id, seeds, Some(KEY));
     c.shippers = shippers;
     c
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// `regions` regions (a, b, c…) of `daemons` daemons each (`a-1`, `a-2`…), all settled: every

@@ -1,50 +1,27 @@
 //! Rotating the shared key on running nodes: every step of the rotation leaves figures
 //! flowing both ways, while a node that skipped a step is locked out and counted.
 
-use sluice_core::algo::{Kind, Window};
+mod common;
+
+use common::{OneRule, params, wait_for};
+use sluice_core::algo::Kind;
 use sluice_core::matching::store_key;
 use sluice_core::ship::Observed;
-use sluice_core::{Micros, Params};
-use sluice_gossip::{Config, Node, Reject, RuleLookup, now_micros};
+use sluice_gossip::{Config, Node, Reject, now_micros};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const MIN: Micros = 60_000_000;
 const OLD: &[u8] = b"the old cluster key, 32 bytes...";
 const NEW: &[u8] = b"the new cluster key, 32 bytes...";
 
-struct OneRule;
-
-impl RuleLookup for OneRule {
-    fn global_params(&self, _identity: &str, rule: &str) -> Option<Params> {
-        (rule == "g").then_some(Params::FixedWindow {
-            limit: 1000,
-            window: Window::Epoch(MIN),
-        })
-    }
-}
-
 fn cfg(region: &str, id: &str, seeds: &[SocketAddr]) -> Config {
-    let mut c = Config::new(region, id, ([127, 0, 0, 1], 0).into());
-    c.seeds = seeds.iter().map(|s| s.to_string()).collect();
-    c.key = Some(OLD.to_vec());
-    c.ship_interval = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
-    c
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::cfg(region, id, seeds, Some(OLD))
 }
 
 /// `from` takes `count` for a key of its own; `to` hears it.
 async fn flows(from: &Node, to: &Node, key: &str, count: u64) {
-    let p = OneRule.global_params("", "g").expect("known");
+    let p = params();
     let key = store_key(&format!("api|api_key={key}"), "g", Kind::FixedWindow);
     from.observe(&key, &p, now_micros(), Observed::count(count, 10));
     wait_for(
