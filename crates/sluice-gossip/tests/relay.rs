@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{MIN, OneRule, params, wait_for};
+use common::{OneRule, WINDOW, clear_of_window_end, params, wait_for};
 use sluice_core::algo::Kind;
 use sluice_core::matching::store_key;
 use sluice_core::relay::Hop;
@@ -97,6 +97,7 @@ fn key(i: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_sender_per_region_reaches_every_daemon_and_is_replaced_when_it_dies() {
+    clear_of_window_end().await;
     let regions = cluster(3, 3, Shippers::RegionSender).await;
     let (a, b, c) = (&regions[0], &regions[1], &regions[2]);
     let p = params();
@@ -159,6 +160,7 @@ async fn one_sender_per_region_reaches_every_daemon_and_is_replaced_when_it_dies
 /// not a sum, and a fanned-out packet is merged where it lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_senders_at_once_only_duplicate() {
+    clear_of_window_end().await;
     let regions = cluster(2, 3, Shippers::RegionSender).await;
     let b = &regions[1];
     let p = params();
@@ -169,7 +171,7 @@ async fn two_senders_at_once_only_duplicate() {
     let datagram = |sender: &str, count: u64, route| {
         let entry = ShipEntry {
             key: k.clone(),
-            window_start: now / MIN * MIN,
+            window_start: now / WINDOW * WINDOW,
             count,
         };
         let header = Header {
@@ -253,6 +255,7 @@ async fn one_change(shippers: Shippers, keys: usize) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: prints bytes, asserts only the direction"]
 async fn cross_region_bytes_every_daemon_against_region_sender() {
+    clear_of_window_end().await;
     for keys in [100, 1000] {
         let every = one_change(Shippers::EveryDaemon, keys).await;
         let relayed = one_change(Shippers::RegionSender, keys).await;

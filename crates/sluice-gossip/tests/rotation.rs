@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{OneRule, params, wait_for};
+use common::{OneRule, clear_of_window_end, params, wait_for};
 use sluice_core::algo::Kind;
 use sluice_core::matching::store_key;
 use sluice_core::ship::Observed;
@@ -34,6 +34,7 @@ async fn flows(from: &Node, to: &Node, key: &str, count: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_rotates_without_a_restart_and_a_skipped_step_is_refused() {
+    clear_of_window_end().await;
     let a = Node::start(cfg("a", "a-1", &[]), Arc::new(OneRule))
         .await
         .expect("a starts");

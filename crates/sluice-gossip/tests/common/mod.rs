@@ -3,14 +3,16 @@
 
 use sluice_core::algo::Window;
 use sluice_core::{Micros, Params};
-use sluice_gossip::{Config, RuleLookup};
+use sluice_gossip::{Config, RuleLookup, now_micros};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// One minute, the rule's window.
-pub const MIN: Micros = 60_000_000;
+/// The rule's window: an hour, so a test (seconds) runs inside one window once
+/// [`clear_of_window_end`] has been called; a figure that crossed a boundary would land in
+/// another window than the one the test reads.
+pub const WINDOW: Micros = 3_600_000_000;
 
-/// Knows one global rule, `g`: 1,000 per minute. Everything else is unknown.
+/// Knows one global rule, `g`: 1,000 per hour. Everything else is unknown.
 pub struct OneRule;
 
 impl RuleLookup for OneRule {
@@ -23,7 +25,7 @@ impl RuleLookup for OneRule {
 pub fn params() -> Params {
     Params::FixedWindow {
         limit: 1000,
-        window: Window::Epoch(MIN),
+        window: Window::Epoch(WINDOW),
     }
 }
 
@@ -43,5 +45,14 @@ pub async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Returns at least a minute before the rule's window ends: waits for the next window
+/// when the test would otherwise start later than that (once an hour, under a minute).
+pub async fn clear_of_window_end() {
+    let left = WINDOW - now_micros() % WINDOW;
+    if left < 60_000_000 {
+        tokio::time::sleep(Duration::from_micros(left + 10_000)).await;
     }
 }
