@@ -15,6 +15,14 @@
 //! gateway both ship, and a receiver that is not the gateway still passes the figures on.
 //! That costs duplicates, never wrong counts: receivers keep the max per (region, key,
 //! window), so a figure heard twice, or from two senders, merges to the same value.
+//!
+//! What the sender gathers from its daemons ([`Collected`]) and ships with its own selection
+//! ([`merged`]) lives here too, so the daemon and the simulator gather alike.
+
+use crate::Micros;
+use crate::ship::ShipEntry;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 /// One live member as the election sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +133,98 @@ pub fn cross_datagrams(regions: u64, daemons: u64, packets: u64, relayed: bool) 
     }
 }
 
+/// Figures this region's daemons sent to this one to ship across, max per (key, window),
+/// until the next shipment takes them. Bounded: beyond `max` keys new ones are dropped
+/// (their daemons resend them on the next change or after `resend_after`).
+///
+/// It also remembers what the last two shipments across carried: a daemon of the region that
+/// decided the same key reports the same region-level figure, often just after the sender
+/// shipped it (daemons' intervals have their own phases), and shipping it again would double
+/// the cross-region bytes for nothing. A figure only rises per (key, window), so one at or
+/// below what was shipped is no news. The record is forgotten after half `resend_after`, so
+/// that the daemons' periodic resends still repair a lost datagram.
+#[derive(Debug, Default)]
+pub struct Collected {
+    figures: HashMap<(String, Micros), u64>,
+    shipped: [HashMap<(String, Micros), u64>; 2],
+    shipped_at: Micros,
+}
+
+impl Collected {
+    /// Adds one figure; false if the table is full and it was dropped.
+    pub fn add(&mut self, key: String, window_start: Micros, count: u64, max: usize) -> bool {
+        let full = self.figures.len() >= max;
+        match self.figures.entry((key, window_start)) {
+            Entry::Occupied(mut c) => {
+                let c = c.get_mut();
+                *c = (*c).max(count);
+            }
+            Entry::Vacant(_) if full => return false,
+            Entry::Vacant(v) => {
+                v.insert(count);
+            }
+        }
+        true
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.figures.is_empty()
+    }
+
+    /// Records what was just shipped across at `now` (the record before it is kept too).
+    pub fn shipped(&mut self, entries: &[ShipEntry], now: Micros) {
+        if entries.is_empty() {
+            return;
+        }
+        self.shipped[1] = std::mem::take(&mut self.shipped[0]);
+        self.shipped[0] = entries
+            .iter()
+            .map(|e| ((e.key.clone(), e.window_start), e.count))
+            .collect();
+        self.shipped_at = now;
+    }
+
+    /// Takes everything gathered that is above what the last two shipments carried (a
+    /// record older than half `resend_after` is dropped first: a daemon's resend comes
+    /// `resend_after` after its own shipment, which may precede the sender's by up to an
+    /// interval, and must not be taken for a duplicate).
+    pub fn take(&mut self, now: Micros, resend_after: Micros) -> Vec<ShipEntry> {
+        if now.saturating_sub(self.shipped_at) > resend_after / 2 {
+            self.shipped = Default::default();
+        }
+        let shipped = &self.shipped;
+        std::mem::take(&mut self.figures)
+            .into_iter()
+            .filter(|(k, c)| shipped.iter().all(|m| m.get(k).is_none_or(|s| c > s)))
+            .map(|((key, window_start), count)| ShipEntry {
+                key,
+                window_start,
+                count,
+            })
+            .collect()
+    }
+}
+
+/// A daemon's own selection and what it gathered, one entry per (key, window), the max.
+pub fn merged(own: Vec<ShipEntry>, gathered: Vec<ShipEntry>) -> Vec<ShipEntry> {
+    if gathered.is_empty() {
+        return own;
+    }
+    let mut by: HashMap<(String, Micros), u64> = HashMap::with_capacity(own.len());
+    for e in own.into_iter().chain(gathered) {
+        let c = by.entry((e.key, e.window_start)).or_insert(0);
+        *c = (*c).max(e.count);
+    }
+    by.into_iter()
+        .map(|((key, window_start), count)| ShipEntry {
+            key,
+            window_start,
+            count,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,5 +330,47 @@ mod tests {
         assert_eq!(cross_datagrams(3, 3, 1, true), 6);
         assert_eq!(cross_datagrams(3, 30, 2, true), 12);
         assert_eq!(cross_datagrams(1, 5, 4, false), 0);
+    }
+
+    #[test]
+    fn gathered_figures_keep_the_max_and_the_bound() {
+        let mut c = Collected::default();
+        assert!(c.add("k1".into(), 0, 5, 2));
+        assert!(c.add("k1".into(), 0, 3, 2));
+        assert!(c.add("k2".into(), 0, 1, 2));
+        assert!(!c.add("k3".into(), 0, 1, 2));
+        // A known key still rises when the table is full.
+        assert!(c.add("k2".into(), 0, 9, 2));
+        // The last shipment carried k2 at 9 already, k1 at less than 5.
+        let e = |key: &str, count| ShipEntry {
+            key: key.into(),
+            window_start: 0,
+            count,
+        };
+        c.shipped(&[e("k2", 9)], 100);
+        c.shipped(&[e("k1", 4)], 200);
+        // An empty shipment keeps the record.
+        c.shipped(&[], 300);
+        let got = c.take(300, 1000);
+        assert_eq!(got, vec![e("k1", 5)]);
+        assert!(c.add("k2".into(), 0, 10, 2));
+        let got = [got, c.take(300, 1000)].concat();
+        // Past `resend_after`, a resend at the shipped figure goes out again (repair).
+        assert!(c.add("k9".into(), 0, 4, 2));
+        c.shipped(&[e("k9", 4)], 400);
+        assert!(c.add("k9".into(), 0, 4, 2));
+        assert!(c.take(500, 1000).is_empty());
+        assert!(c.add("k9".into(), 0, 4, 2));
+        assert_eq!(c.take(901, 1000), vec![e("k9", 4)]);
+        assert!(c.is_empty());
+        let own = vec![ShipEntry {
+            key: "k1".into(),
+            window_start: 0,
+            count: 7,
+        }];
+        let mut all = merged(own, got);
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        let counts: Vec<(&str, u64)> = all.iter().map(|e| (e.key.as_str(), e.count)).collect();
+        assert_eq!(counts, vec![("k1", 7), ("k2", 10)]);
     }
 }

@@ -8,7 +8,7 @@
 
 use crate::metrics::{Gauges, GossipMetrics, Scope};
 use crate::pack::{self, Header};
-use crate::relay::{self, Collected};
+use crate::relay;
 use crate::transport::{FramedTransport, Inbound, Relays};
 use crate::wire::{CodecError, FrameCodec, Kind, MAX_DATAGRAM};
 use chitchat::{
@@ -16,7 +16,7 @@ use chitchat::{
     spawn_chitchat,
 };
 use sluice_core::merge::RemoteCounts;
-use sluice_core::relay::Hop;
+use sluice_core::relay::{Collected, Hop, merged};
 use sluice_core::ship::{Budget, LocalUsage, Observed, ShipEntry};
 use sluice_core::{Micros, Params, Remote};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -566,7 +566,7 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                 (own.0 + across.0, own.1 + across.1)
             }
             None => {
-                let entries = relay::merged(batch.entries, gathered);
+                let entries = merged(batch.entries, gathered);
                 let sent = send(&inner, &entries, &cross, now).await;
                 let peers = live.iter().any(|m| &m.region == region && &m.node_id != me);
                 if peers && inner.cfg.shippers == Shippers::RegionSender {
