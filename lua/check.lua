@@ -213,9 +213,19 @@ local function check_zset(key, ki)
     return nil
 end
 
+-- How late a call may still run: every TTL covers it (docs/redis.md, "Keys outlive late
+-- calls"). A state lives in daemon time, its key's TTL in Redis's: a key timed to expire
+-- when its state no longer matters, from the call that wrote it, would vanish under a call
+-- stamped before that moment that waited longer on the wire, and that call would start from
+-- a full bucket or an empty window. A bounded call runs at most its bound after its `now`,
+-- so what is left of the writing call's bound covers every later one (the fleet shares one
+-- budget); an unbounded call is covered for UNBOUNDED_LATE.
+local UNBOUNDED_LATE = SECOND
+local late_us = UNBOUNDED_LATE
+
 -- A TTL for SET PX / PEXPIRE, as the argument string.
 local function pexpire_ms(ttl_us)
-    local ms = ceil_div(ttl_us, MILLI)
+    local ms = ceil_div(min(ttl_us + late_us, MAX_EXACT), MILLI)
     if ms < 1 then
         ms = 1
     end
@@ -774,6 +784,11 @@ local function run_call(kb, ab, na)
     end
     if stale > 0 and clock_us() > stale then
         return redis.error_reply('SLUICE_STALE ' .. fmt(clock_us() - stale))
+    end
+    if stale > 0 then
+        late_us = stale - clock_us()
+    else
+        late_us = UNBOUNDED_LATE
     end
 
     local items = {}

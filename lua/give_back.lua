@@ -105,8 +105,12 @@ local function get_string(key)
     return v, nil
 end
 
+-- Every TTL covers a second of lateness, as check.lua's for an unbounded call: a check
+-- stamped before the key would have expired may still be on the wire (docs/redis.md, "Keys
+-- outlive late calls"). A give-back carries no stale bound to size it by.
+local LATE = 1000000
 local function pexpire_ms(ttl_us)
-    local ms = ceil_div(ttl_us, MILLI)
+    local ms = ceil_div(min(ttl_us + LATE, MAX_EXACT), MILLI)
     if ms < 1 then
         ms = 1
     end
