@@ -170,7 +170,7 @@ async fn redis_keys_expire_once_they_carry_nothing() {
         },
     );
     // Time from the real clock, so Redis's real-time expiry and the daemon's clock agree.
-    let now = sluice_core_now();
+    let now = common::epoch_us();
     let c = call(now, 1, "r", vec![tb.clone(), fw.clone()]);
     assert!(check(&store, &c).await.allowed);
     let tb_key = &item_keys(&tb, now)[0];
@@ -200,13 +200,6 @@ async fn redis_keys_expire_once_they_carry_nothing() {
 /// The stale bound of `redis_keys_expire_once_they_carry_nothing`: long enough that no call
 /// of a loaded machine runs past it (and is sent again unbounded, covered for a second).
 const STALE_MS: u64 = 200;
-
-fn sluice_core_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .expect("a clock after 1970")
-}
 
 /// A daemon whose clock is behind counts in its own (previous) window and never rewinds the
 /// newer window another daemon already counts in.

@@ -13,22 +13,16 @@
 
 mod common;
 
+use common::epoch_us;
 use redis::Value;
 use sluice_core::Params;
 use sluice_core::algo::{Rate, Window};
 use sluice_core::batch::{Call, CallResult};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_store::redis::{CHECK_SCRIPT, decode_check, encode_check};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::cases::{call, item};
-
-fn epoch_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
 
 /// Sleeps until the wall clock reads `at` (epoch µs).
 fn sleep_until(at: u64) {

@@ -7,20 +7,14 @@
 mod common;
 
 use common::cases::{call, item};
+use common::epoch_us;
 use sluice_core::Params;
 use sluice_core::algo::Window;
 use sluice_core::time::SECOND;
 use sluice_store::redis::{CHECK_SCRIPT, RedisConfig, RedisStore, encode_check, script_sha};
 use sluice_store::{Store, StoreError};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn epoch_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
+use std::time::Duration;
 
 fn daily(limit: u64) -> Params {
     Params::FixedWindow {

@@ -35,3 +35,12 @@ pub fn sync_conn(url: &str) -> redis::Connection {
         .and_then(|c| c.get_connection())
         .expect("a test connection to the test redis-server")
 }
+
+/// The wall clock in epoch µs, for the tests whose subject is Redis's real-time expiry or
+/// its own clock (`TIME`): the daemon's clock, as the store gets it in `now`.
+pub fn epoch_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
