@@ -108,7 +108,7 @@ end
 -- Every TTL covers a second of lateness, as check.lua's for an unbounded call: a check
 -- stamped before the key would have expired may still be on the wire (docs/redis.md, "Keys
 -- outlive late calls"). A give-back carries no stale bound to size it by.
-local LATE = 1000000
+local LATE = 1000 * MILLI
 local function pexpire_ms(ttl_us)
     local ms = ceil_div(min(ttl_us + LATE, MAX_EXACT), MILLI)
     if ms < 1 then

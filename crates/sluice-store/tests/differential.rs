@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{redis, sync_conn};
+use common::{load, redis, script_loaded};
 use redis::Value;
 use sluice_core::algo::{Calendar, CalendarUnit, Rate, Window};
 use sluice_core::batch::{Call, CallResult, GiveBack, Item, Write, apply};
@@ -653,22 +653,6 @@ fn seeds(base: u64, n: u64) -> Vec<u64> {
         Ok(s) => vec![s.parse().expect("SLUICE_DIFF_SEED is a number")],
         Err(_) => (0..n).map(|i| base + i).collect(),
     }
-}
-
-/// A connection to `server` with `check.lua` loaded, and the script's SHA.
-fn script_loaded(server: &sluice_testkit::RedisServer) -> (redis::Connection, String) {
-    let mut conn = sync_conn(&server.url());
-    let sha = load(&mut conn, CHECK_SCRIPT);
-    (conn, sha)
-}
-
-/// `SCRIPT LOAD`s a script, answering its SHA.
-fn load(conn: &mut redis::Connection, body: &str) -> String {
-    redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(body)
-        .query(conn)
-        .expect("SCRIPT LOAD")
 }
 
 /// `rate: 10/1m, burst: 10` on both buckets: ten at once, then one every 6 s exactly, the

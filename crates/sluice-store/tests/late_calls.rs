@@ -19,7 +19,7 @@ use sluice_core::Params;
 use sluice_core::algo::{Rate, Window};
 use sluice_core::batch::{Call, CallResult};
 use sluice_core::time::{MILLI, SECOND};
-use sluice_store::redis::{CHECK_SCRIPT, decode_check, encode_check};
+use sluice_store::redis::{decode_check, encode_check};
 use std::time::Duration;
 
 use common::cases::{call, item};
@@ -47,12 +47,7 @@ fn run(conn: &mut redis::Connection, sha: &str, c: &Call, stale: u64) -> CallRes
 
 fn setup() -> (sluice_testkit::RedisServer, redis::Connection, String) {
     let server = common::redis();
-    let mut conn = common::sync_conn(&server.url());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SCRIPT)
-        .query(&mut conn)
-        .expect("SCRIPT LOAD");
+    let (conn, sha) = common::script_loaded(&server);
     (server, conn, sha)
 }
 

@@ -11,7 +11,7 @@ use common::epoch_us;
 use sluice_core::Params;
 use sluice_core::algo::Window;
 use sluice_core::time::SECOND;
-use sluice_store::redis::{CHECK_SCRIPT, RedisConfig, RedisStore, encode_check, script_sha};
+use sluice_store::redis::{RedisConfig, RedisStore, encode_check};
 use sluice_store::{Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,13 +136,7 @@ async fn a_clock_behind_redis_costs_a_round_trip_not_an_answer() {
 #[test]
 fn the_script_refuses_a_call_past_its_bound_and_writes_nothing() {
     let server = common::redis();
-    let mut conn = common::sync_conn(&server.url());
-    let sha = script_sha(CHECK_SCRIPT);
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(CHECK_SCRIPT)
-        .query(&mut conn)
-        .expect("SCRIPT LOAD");
+    let (mut conn, sha) = common::script_loaded(&server);
     let now = epoch_us();
     let c = call(now, 1, "r", vec![item("sl:{bound}:f:q", daily(10))]);
     let enc = |at| encode_check(&c).expect("encodable").stale_after(at);

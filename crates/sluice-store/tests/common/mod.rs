@@ -44,3 +44,20 @@ pub fn epoch_us() -> u64 {
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
 }
+
+/// A connection to `server` with `check.lua` loaded, and the script's SHA: for tests that
+/// run the script by hand with the store's own encoding.
+pub fn script_loaded(server: &RedisServer) -> (redis::Connection, String) {
+    let mut conn = sync_conn(&server.url());
+    let sha = load(&mut conn, sluice_store::redis::CHECK_SCRIPT);
+    (conn, sha)
+}
+
+/// `SCRIPT LOAD`s a script, answering its SHA.
+pub fn load(conn: &mut redis::Connection, body: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(body)
+        .query(conn)
+        .expect("SCRIPT LOAD")
+}
