@@ -225,6 +225,48 @@ pub fn merged(own: Vec<ShipEntry>, gathered: Vec<ShipEntry>) -> Vec<ShipEntry> {
         .collect()
 }
 
+/// What a relaying daemon sends in one interval, split from its own selection and what its
+/// region's daemons collected to it. The split is a decision, so it lives here: the daemon and
+/// the simulator ship alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shipment {
+    /// To the region's sender ([`Hop::Collect`]): this daemon's own selection, when it is not
+    /// the sender.
+    pub collect: Vec<ShipEntry>,
+    /// Across, to [`Plan::cross`]: the sender's own selection merged with what it gathered; a
+    /// daemon that is not the sender ships what was gathered here anyway (another daemon's view
+    /// elected it), so nothing collected is dropped.
+    pub across: Vec<ShipEntry>,
+    /// Whether `across` is to be recorded with [`Collected::shipped`]: only by a sender with
+    /// peers in its region. Alone, nothing is collected to it that could repeat a shipment, and
+    /// a non-sender's shipment is not the region's.
+    pub record: bool,
+}
+
+/// The shipment of a daemon that is its region's sender or not (`sender`), with or without
+/// other live daemons in its region (`peers`), from its own selection and what it gathered
+/// ([`Collected::take`]).
+pub fn shipment(
+    sender: bool,
+    peers: bool,
+    own: Vec<ShipEntry>,
+    gathered: Vec<ShipEntry>,
+) -> Shipment {
+    if sender {
+        Shipment {
+            collect: Vec::new(),
+            across: merged(own, gathered),
+            record: peers,
+        }
+    } else {
+        Shipment {
+            collect: own,
+            across: gathered,
+            record: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ use chitchat::{
     spawn_chitchat,
 };
 use sluice_core::merge::RemoteCounts;
-use sluice_core::relay::{Collected, Hop, merged};
+use sluice_core::relay::{Collected, Hop, shipment};
 use sluice_core::ship::{Budget, LocalUsage, Observed, ShipEntry};
 use sluice_core::{Micros, Params, Remote};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -556,29 +556,25 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .select(now, &inner.cfg.budget);
-        let (figures, skipped) = match collect_to {
-            // Not the sender: this daemon's selection goes to the region's sender; figures
-            // gathered here anyway (another daemon's view elected this one) are shipped
-            // across as the sender would, never dropped.
-            Some(to) => {
-                let own = send(&inner, &batch.entries, &[(to, Hop::Collect)], now).await;
-                let across = send(&inner, &gathered, &cross, now).await;
-                (own.0 + across.0, own.1 + across.1)
-            }
-            None => {
-                let entries = merged(batch.entries, gathered);
-                let sent = send(&inner, &entries, &cross, now).await;
-                let peers = live.iter().any(|m| &m.region == region && &m.node_id != me);
-                if peers && inner.cfg.shippers == Shippers::RegionSender {
-                    inner
-                        .collected
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .shipped(&entries, now);
-                }
-                sent
-            }
+        // Not the sender: this daemon's selection goes to the region's sender; figures
+        // gathered here anyway (another daemon's view elected this one) are shipped across as
+        // the sender would, never dropped. The split is the core's, the simulator's too.
+        let peers = inner.cfg.shippers == Shippers::RegionSender
+            && live.iter().any(|m| &m.region == region && &m.node_id != me);
+        let s = shipment(collect_to.is_none(), peers, batch.entries, gathered);
+        let own = match collect_to {
+            Some(to) => send(&inner, &s.collect, &[(to, Hop::Collect)], now).await,
+            None => (0, 0),
         };
+        let across = send(&inner, &s.across, &cross, now).await;
+        if s.record {
+            inner
+                .collected
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .shipped(&s.across, now);
+        }
+        let (figures, skipped) = (own.0 + across.0, own.1 + across.1);
         if figures > 0 || batch.deferred > 0 || batch.quiet > 0 {
             inner
                 .metrics
