@@ -148,10 +148,40 @@ pub struct HotKeysReport {
     pub gate_lost_units: u64,
 }
 
+/// Traffic of one hop kind (`region_sender`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HopReport {
+    /// Bytes sent per second, all regions (estimated protobuf, per receiving daemon).
+    pub bytes_per_s: f64,
+    /// Per sending region, in region order.
+    pub bytes_per_s_by_region: Vec<f64>,
+    /// Messages sent (one per receiving daemon).
+    pub messages: u64,
+}
+
+/// `region_sender`'s traffic by hop, so that its cross-region bytes compare with the other
+/// modes' and its in-region cost shows.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HopsReport {
+    /// In a region, each daemon's selection to its sender.
+    pub collect: HopReport,
+    /// Across, a sender to another region's receiver.
+    pub relay: HopReport,
+    /// In a region, a receiver to its other daemons.
+    pub fan_out: HopReport,
+    /// Across, to every daemon of a region with no relaying member (none in a simulated
+    /// run, where every daemon relays; kept so the hops add up as the daemon counts them).
+    pub direct: HopReport,
+    /// In-region bytes per second (collect and fan out), all regions.
+    pub in_region_bytes_per_s: f64,
+}
+
 /// Gossip measures.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct GossipReport {
-    /// Bytes sent per second, all regions (estimated protobuf, per receiving daemon).
+    /// Cross-region bytes sent per second, all regions (estimated protobuf, per receiving
+    /// daemon): every message in the other modes; with `region_sender` the relay and direct
+    /// hops (the in-region ones are in `hops`).
     pub bytes_per_s: f64,
     /// Per region, in region order.
     pub bytes_per_s_by_region: Vec<f64>,
@@ -169,6 +199,9 @@ pub struct GossipReport {
     pub cut: u64,
     /// Most remote slots any daemon held.
     pub max_remote_slots: usize,
+    /// `region_sender` only (absent otherwise): the traffic by hop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hops: Option<HopsReport>,
 }
 
 /// Convergence after one heal.
@@ -508,6 +541,26 @@ pub fn build(
             lost: g.lost,
             cut: g.cut,
             max_remote_slots: g.max_remote_slots,
+            hops: (sc.gossip.shippers == Shippers::RegionSender).then(|| {
+                let hop = |h: &crate::engine::HopCounters| {
+                    let by: Vec<f64> = (0..sc.regions.len())
+                        .map(|r| h.bytes_by_region.get(r).copied().unwrap_or(0) as f64 / dur)
+                        .collect();
+                    HopReport {
+                        bytes_per_s: by.iter().sum(),
+                        bytes_per_s_by_region: by,
+                        messages: h.messages,
+                    }
+                };
+                let (collect, fan_out) = (hop(&g.collect), hop(&g.fan_out));
+                HopsReport {
+                    in_region_bytes_per_s: collect.bytes_per_s + fan_out.bytes_per_s,
+                    collect,
+                    relay: hop(&g.relay),
+                    fan_out,
+                    direct: hop(&g.direct),
+                }
+            }),
         },
         heals: heals
             .iter()
@@ -802,6 +855,24 @@ pub fn table(r: &Report) -> String {
         thousands(g.cut),
         g.max_remote_slots,
     );
+    if let Some(h) = &g.hops {
+        let hop = |x: &HopReport| {
+            format!(
+                "{} B/s in {} messages",
+                thousands(x.bytes_per_s.round() as u64),
+                thousands(x.messages)
+            )
+        };
+        let _ = writeln!(
+            out,
+            "hops (region_sender; the B/s above are the cross-region ones): collect {} · relay {} · fan out {} · direct {} · in-region {} B/s",
+            hop(&h.collect),
+            hop(&h.relay),
+            hop(&h.fan_out),
+            hop(&h.direct),
+            thousands(h.in_region_bytes_per_s.round() as u64),
+        );
+    }
     let _ = writeln!(
         out,
         "store: {:.2} calls/request · {} failed calls · {} calls refused by breakers (opened {} times) · {} local-bucket verdicts · {} admissions journaled · {} calls lost in failovers",

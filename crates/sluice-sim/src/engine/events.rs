@@ -7,6 +7,7 @@ use super::{Progress, RULES_VERSION, Sim, view};
 use sluice_core::Micros;
 use sluice_core::decision::{Decision, plan};
 use sluice_core::matching::Descriptors;
+use sluice_core::relay::Hop;
 use sluice_core::ship::ShipEntry;
 use std::cmp::Ordering;
 use std::rc::Rc;
@@ -22,6 +23,9 @@ pub(super) enum Ev {
         region: usize,
         daemon: usize,
         epoch: u32,
+        /// How it travels (`Direct` but with `region_sender`), which says what the receiver
+        /// does with it.
+        hop: Hop,
         msg: Rc<Msg>,
     },
     Scenario(usize),
@@ -151,8 +155,9 @@ impl<'a> Sim<'a> {
                     region,
                     daemon,
                     epoch,
+                    hop,
                     msg,
-                } => self.deliver_to(region, daemon, epoch, &msg),
+                } => self.deliver_to(region, daemon, epoch, hop, &msg),
                 Ev::Scenario(i) => self.scenario_event(i),
                 Ev::Sweep {
                     region,
@@ -214,11 +219,15 @@ impl<'a> Sim<'a> {
     /// daemon's view unless the link is cut or the region down.
     pub fn deliver(&mut self, r: usize, from: usize, at: Micros, entries: Vec<ShipEntry>) {
         self.advance(at);
-        let msg = Msg { from, entries };
+        let msg = Rc::new(Msg {
+            from,
+            entries,
+            bytes: 0,
+        });
         for d in 0..self.sc.daemons {
             if view(self.sc, d) == d {
                 let epoch = self.regions[r].daemons[d].epoch;
-                self.deliver_to(r, d, epoch, &msg);
+                self.deliver_to(r, d, epoch, Hop::Direct, &msg);
             }
         }
     }

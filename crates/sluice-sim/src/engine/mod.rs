@@ -37,6 +37,10 @@
 //!   more recent than that are lost;
 //! - gossip messages go from each shipping daemon to every daemon of every other region that
 //!   is up, each with its own delay draw and loss; a partition drops them, in flight too.
+//!   With `shippers = "region_sender"` they take the daemon's hops instead: to the region's
+//!   sender ([`IN_REGION_DELAY`]), once per region pair across, and fanned out by the
+//!   receiver; who sends where is `sluice_core::relay`'s election on the run's membership
+//!   (regions and daemons up), what the sender gathers and ships its `Collected`, `shipment`;
 //!   With `delivery = "per_region"` a region's daemons get a message at one moment (one draw
 //!   per region), hold the same view, and share one `RemoteCounts`: the first daemon's.
 //!
@@ -59,7 +63,7 @@ mod region;
 mod request;
 mod store;
 
-pub use gossip::GossipCounters;
+pub use gossip::{GossipCounters, HopCounters};
 pub use heal::HealTrack;
 
 use crate::metrics::{Metrics, TruthIndex};
@@ -99,10 +103,17 @@ const RULES_VERSION: u64 = 1;
 const DENY_ENTRIES: usize = 100_000;
 const LEASES: usize = 10_000;
 
-/// Whether daemon `d` of a region ships.
+/// Whether daemon `d` of a region ships (with `region_sender` every daemon does: to its
+/// region's sender, or across when it is the sender).
 fn ships(sc: &Scenario, d: usize) -> bool {
-    sc.gossip.shippers == Shippers::EveryDaemon || d == 0
+    sc.gossip.shippers != Shippers::OnePerRegion || d == 0
 }
+
+/// One-way delay of a hop inside a region (`region_sender`'s collect and fan out): the
+/// scenario's delays are between regions, and a region's daemons share a local network, so a
+/// fixed half millisecond (a LAN round trip is well under one). No loss, and no partition cuts
+/// it (partitions are between regions).
+pub const IN_REGION_DELAY: Micros = 500;
 
 /// The daemon whose remote table daemon `d` reads and merges into: its own, or with
 /// per-region delivery the region's first, which they all share.
@@ -164,6 +175,9 @@ pub struct Sim<'a> {
     plans: Vec<Plan<'a>>,
     /// The decision being made, kept.
     decision: Decision,
+    /// Per region, per daemon: its node id for the sender election (`{region}-{daemon:04}`,
+    /// so the first daemon has the lowest id and is the sender while it is up).
+    node_ids: Vec<Vec<String>>,
 }
 
 /// Streams of randomness, so each consumer's draws are independent of the others.
@@ -260,6 +274,11 @@ impl<'a> Sim<'a> {
             answers: Vec::new(),
             plans: Vec::new(),
             decision: Decision::unlimited(RULES_VERSION),
+            node_ids: sc
+                .regions
+                .iter()
+                .map(|name| (0..sc.daemons).map(|d| format!("{name}-{d:04}")).collect())
+                .collect(),
         };
         for r in 0..n {
             sim.start_daemons(r);

@@ -8,7 +8,7 @@ use crate::scenario::Scenario;
 use sluice_core::Micros;
 use sluice_core::hash::InlineKey;
 use sluice_core::rules::Domain;
-use sluice_core::ship::{Batch, LocalUsage, Observed};
+use sluice_core::ship::{Batch, Budget, LocalUsage, Observed};
 use std::sync::mpsc;
 
 /// What the engine hands the observer thread, in order.
@@ -24,11 +24,14 @@ pub(super) enum Rec {
         now: Micros,
         obs: Obs,
     },
-    /// A daemon ships: answer with its [`Batch`].
+    /// A daemon ships: answer with its [`Batch`]. `prune`: it has nobody to tell (no other
+    /// region), so, as the daemon does, it selects with no room, which keeps its figures dirty
+    /// and only drops those whose windows ended.
     Select {
         region: usize,
         daemon: usize,
         now: Micros,
+        prune: bool,
     },
     /// A region's daemons (re)start with empty usage tables.
     StartDaemons { region: usize },
@@ -93,14 +96,15 @@ impl Pipe {
         self.replies.as_ref().and_then(|rx| rx.recv().ok())
     }
 
-    /// Asks what daemon `d` of region `r` ships at `now`, without waiting: the observer
-    /// answers once everything before is observed, and [`Pipe::selected`] takes the answers in
-    /// the order they were asked.
-    pub(super) fn select(&mut self, region: usize, daemon: usize, now: Micros) {
+    /// Asks what daemon `d` of region `r` ships at `now` (`prune`: see [`Rec::Select`]),
+    /// without waiting: the observer answers once everything before is observed, and
+    /// [`Pipe::selected`] takes the answers in the order they were asked.
+    pub(super) fn select(&mut self, region: usize, daemon: usize, now: Micros, prune: bool) {
         self.send(Rec::Select {
             region,
             daemon,
             now,
+            prune,
         });
         self.flush();
     }
@@ -178,8 +182,17 @@ impl<'a> Observer<'a> {
                 region,
                 daemon,
                 now,
+                prune,
             } => {
-                let batch = self.usage[region][daemon].select(now, &self.sc.gossip.budget);
+                let budget = match prune {
+                    true => Budget {
+                        max_bytes: 0,
+                        max_entries: 0,
+                        ..self.sc.gossip.budget
+                    },
+                    false => self.sc.gossip.budget,
+                };
+                let batch = self.usage[region][daemon].select(now, &budget);
                 let _ = replies.send(Reply::Batch(batch));
             }
             Rec::StartDaemons { region } => {

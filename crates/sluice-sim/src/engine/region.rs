@@ -11,6 +11,7 @@ use sluice_core::batch::{Call, GiveBack};
 use sluice_core::guard::StoreGuard;
 use sluice_core::hotkeys::{Layer, lease};
 use sluice_core::merge::RemoteCounts;
+use sluice_core::relay::Collected;
 use sluice_store::MemoryStore;
 use std::collections::VecDeque;
 
@@ -28,6 +29,9 @@ pub(super) struct Daemon {
     pub(super) timer: u32,
     /// Stopped by a `daemon_down` (its region's other daemons take its traffic).
     pub(super) up: bool,
+    /// What its region's daemons collected to it to ship across (`region_sender`), the
+    /// daemon's own table.
+    pub(super) collected: Collected,
 }
 
 pub(super) struct Replica {
@@ -84,6 +88,7 @@ impl<'a> Sim<'a> {
                 epoch: old_epoch + 1,
                 timer: 0,
                 up: true,
+                collected: Collected::default(),
             })
             .collect();
         self.live[r] = vec![true; sc.daemons];

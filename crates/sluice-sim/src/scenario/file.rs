@@ -150,6 +150,12 @@ pub enum Shippers {
     EveryDaemon,
     /// Only the first daemon of each region ships.
     OnePerRegion,
+    /// The daemon's default: every daemon sends its selection to its region's sender (in the
+    /// region), which ships the max per key once per remote region to that region's receiver,
+    /// which passes it on to its region's other daemons. Who sends where is the core's
+    /// election (`sluice_core::relay`) on the simulator's membership, so that the cross-region
+    /// traffic and the extra hop's lag of the daemon's mode can be predicted.
+    RegionSender,
 }
 
 /// How a shipment reaches the daemons of a receiving region.
@@ -192,7 +198,7 @@ pub struct GossipFile {
     /// Fixed ship phase per region (ms into each interval); random when absent.
     #[serde(default)]
     pub phase_ms: Option<Vec<f64>>,
-    /// `every_daemon` or `one_per_region`.
+    /// `every_daemon`, `one_per_region` or `region_sender`.
     #[serde(default = "default_shippers")]
     pub shippers: Shippers,
     /// `seen_share` (the default), `region_share`, `region_count`, `seen_count` or `heard`.
