@@ -21,6 +21,7 @@
 //! - [`ship`]: which busy global keys the delta shipper sends each interval, within a budget.
 //! - [`relay`]: one sender per region: who ships a region's figures across, who takes them
 //!   in and passes them on (an election over the live membership).
+//! - [`liveness`]: who may be elected: a sender heard from lately, a region's relayer.
 //! - [`hotkeys`]: what a daemon answers itself for hot keys (deny cache, token leasing).
 //! - [`hash`]: the stable hash behind rollout and key splitting.
 //! - [`keys`]: store keys, made and parsed in one place.
@@ -34,6 +35,7 @@ pub mod guard;
 pub mod hash;
 pub mod hotkeys;
 pub mod keys;
+pub mod liveness;
 pub mod matching;
 pub mod merge;
 pub mod relay;

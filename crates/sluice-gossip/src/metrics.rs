@@ -80,6 +80,7 @@ pub struct GossipMetrics {
     membership_oversize: AtomicU64,
     relay_full: AtomicU64,
     key_changes: [AtomicU64; 2],
+    sender_takeovers: AtomicU64,
     lag: [AtomicU64; LAG_BUCKETS_MS.len()],
     lag_count: AtomicU64,
     lag_sum_ms: AtomicU64,
@@ -115,6 +116,15 @@ fn add(c: &AtomicU64, n: u64) {
 impl GossipMetrics {
     pub(crate) fn key_change(&self, applied: bool) {
         add(&self.key_changes[usize::from(!applied)], 1);
+    }
+
+    pub(crate) fn sender_takeover(&self) {
+        add(&self.sender_takeovers, 1);
+    }
+
+    /// Times this daemon became its region's sender between two intervals.
+    pub fn sender_takeovers(&self) -> u64 {
+        self.sender_takeovers.load(Ordering::Relaxed)
     }
 
     pub(crate) fn frame_received(&self, bytes: usize) {
@@ -302,6 +312,12 @@ impl GossipMetrics {
             "sluice_gossip_relay_full_total",
             "Membership messages dropped because the relay table is at its bound.",
             load(&self.relay_full),
+        );
+        prom::counter(
+            out,
+            "sluice_gossip_sender_takeovers_total",
+            "Times this daemon became its region's sender at once because the sender before it went silent (nothing heard from it for gossip.sender_stale_ms). Rising often: the sender flaps between daemons (raise gossip.sender_stale_ms).",
+            load(&self.sender_takeovers),
         );
         let changes = "sluice_gossip_key_changes_total";
         prom::header(

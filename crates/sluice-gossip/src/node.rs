@@ -15,7 +15,9 @@ use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
     spawn_chitchat,
 };
+use sluice_core::liveness::{self, SenderWatch};
 use sluice_core::merge::RemoteCounts;
+use sluice_core::relay as relay_core;
 use sluice_core::relay::{Collected, Hop, shipment};
 use sluice_core::ship::{Budget, LocalUsage, Observed, ShipEntry};
 use sluice_core::{Micros, Params, Remote};
@@ -95,6 +97,12 @@ pub struct Config {
     pub ship_interval: Duration,
     /// chitchat's gossip round.
     pub gossip_interval: Duration,
+    /// How long this region's sender may stay silent before the election passes it over
+    /// (`region_sender`; [`sluice_core::liveness`]). `None`: three quarters of the ship
+    /// interval (three missed beacons), so a dead sender is replaced within one interval
+    /// instead of the membership's several seconds, at the price of a duplicate shipment
+    /// when a live one is slow. At least half the ship interval (two beacons).
+    pub sender_stale_after: Option<Duration>,
     /// What one interval may ship.
     pub budget: Budget,
     /// Largest datagram sent (frame included). 1,400 fits a 1,500-byte Ethernet MTU, so
@@ -121,6 +129,7 @@ impl Config {
             key: None,
             ship_interval: Duration::from_secs(1),
             gossip_interval: Duration::from_millis(500),
+            sender_stale_after: None,
             budget: Budget {
                 max_bytes: 8_000_000,
                 ..Budget::default()
@@ -182,6 +191,11 @@ struct Inner {
     regions: AtomicUsize,
     seq: AtomicU64,
     live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
+    /// Signs of life the sender election takes into account ([`liveness`]).
+    watch: Mutex<SenderWatch>,
+    /// When this daemon last sent a datagram inside its region (epoch µs): a sender that did
+    /// lately needs no beacon.
+    in_region_at: AtomicU64,
 }
 
 /// A running gossip node. Dropping it aborts its tasks; [`Node::shutdown`] stops them.
@@ -225,6 +239,12 @@ impl Node {
             || cfg.gossip_interval < Duration::from_millis(10)
         {
             return bad("ship and gossip intervals must be at least 10 ms");
+        }
+        if cfg
+            .sender_stale_after
+            .is_some_and(|d| d < cfg.ship_interval / 2)
+        {
+            return bad("sender_stale_after must be at least half the ship interval");
         }
         let codec = Arc::new(FrameCodec::new(&cfg.cluster_id, cfg.key.as_deref())?);
         let socket = Arc::new(bind(cfg.listen_addr)?);
@@ -301,6 +321,8 @@ impl Node {
             regions: AtomicUsize::new(1),
             seq: AtomicU64::new(1),
             live,
+            watch: Mutex::new(SenderWatch::default()),
+            in_region_at: AtomicU64::new(0),
             cfg,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -494,27 +516,120 @@ fn members(live: &BTreeMap<ChitchatId, NodeState>) -> Vec<Member> {
         .collect()
 }
 
+/// The live members as the sender election sees them: a sender silent past the bound, or
+/// a remote member another daemon of its region relays for, is not electable (still a
+/// destination otherwise; see [`liveness`]).
+fn electable(inner: &Inner, now: Micros) -> Vec<Member> {
+    let ship = inner.cfg.ship_interval.as_micros() as Micros;
+    let stale = match inner.cfg.sender_stale_after {
+        Some(d) => d.as_micros() as Micros,
+        None => liveness::stale_after(ship),
+    };
+    let mut live = members(&inner.live.borrow());
+    let mut ms: Vec<relay_core::Member<'_>> = live
+        .iter()
+        .map(|m| relay_core::Member {
+            node_id: &m.node_id,
+            region: &m.region,
+            relays: m.relays,
+        })
+        .collect();
+    inner
+        .watch
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .electable(
+            &mut ms,
+            &inner.cfg.node_id,
+            &inner.cfg.region,
+            now,
+            stale,
+            liveness::relayer_kept(ship),
+        );
+    let flags: Vec<bool> = ms.iter().map(|m| m.relays).collect();
+    for (m, relays) in live.iter_mut().zip(flags) {
+        m.relays = relays;
+    }
+    live
+}
+
+/// Whether the membership lists a relaying daemon of this region with a lower id than this
+/// one's: this daemon sends in its place (it went silent), and other regions would not
+/// elect this one without hearing from it.
+fn successor(inner: &Inner) -> bool {
+    members(&inner.live.borrow())
+        .iter()
+        .any(|m| m.relays && m.region == inner.cfg.region && m.node_id < inner.cfg.node_id)
+}
+
+/// Makes this region's sender heard by its other daemons when it sent them nothing for a
+/// beacon period: an empty packet, so that they do not take its silence for death.
+async fn beacon(inner: &Inner, live: &[Member], now: Micros) {
+    let every = liveness::beacon_every(inner.cfg.ship_interval.as_micros() as Micros);
+    if now.saturating_sub(inner.in_region_at.load(Ordering::Relaxed)) < every {
+        return;
+    }
+    let to = relay::fan_out(&inner.cfg.node_id, &inner.cfg.region, live);
+    if to.is_empty() {
+        return;
+    }
+    let payload = pack::announce(&header(inner, now), Hop::FanOut);
+    let mut frame = Vec::new();
+    inner.codec.seal(Kind::Counts, &payload, &mut frame);
+    for addr in to {
+        send_one(inner, &frame, addr, Scope::InRegion).await;
+    }
+}
+
 async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(inner.cfg.ship_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Between shipments, every eighth of an interval: the sender's beacon, and the check
+    // that lets a successor ship at once when the sender went silent.
+    let relaying = inner.cfg.shippers == Shippers::RegionSender;
+    let mut watch = tokio::time::interval(if relaying {
+        (inner.cfg.ship_interval / 8).max(Duration::from_millis(1))
+    } else {
+        Duration::from_secs(3600)
+    });
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
+        let early = tokio::select! {
+            _ = tick.tick() => false,
+            _ = watch.tick() => true,
             _ = stop.changed() => return,
-        }
+        };
         let now = now_micros();
+        let (me, region) = (&inner.cfg.node_id, &inner.cfg.region);
+        let live = match relaying {
+            true => electable(&inner, now),
+            false => members(&inner.live.borrow()),
+        };
+        let routes = relaying.then(|| relay::routes(me, region, &live));
+        if early {
+            let Some(r) = &routes else { continue };
+            let was = inner.region_sender.load(Ordering::Relaxed);
+            if r.sender && was {
+                beacon(&inner, &live, now).await;
+            }
+            // Between ticks only a takeover ships: this daemon was not the sender at the
+            // last interval and now is (the sender before it went silent).
+            if !r.sender || was {
+                continue;
+            }
+            inner.metrics.sender_takeover();
+            tracing::info!(node = %me, %region, "the region's sender went silent: this daemon sends");
+            tick.reset();
+        }
         inner
             .remote
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .sweep(now);
-        let live = members(&inner.live.borrow());
         let regions: BTreeSet<&str> = live.iter().map(|m| m.region.as_str()).collect();
         inner.regions.store(regions.len(), Ordering::Relaxed);
-        let (me, region) = (&inner.cfg.node_id, &inner.cfg.region);
-        let (ships, cross, collect_to) = match inner.cfg.shippers {
-            Shippers::RegionSender => {
-                let r = relay::routes(me, region, &live);
+        let (ships, cross, collect_to) = match routes {
+            Some(r) => {
                 inner.region_sender.store(r.sender, Ordering::Relaxed);
                 (true, r.cross, r.collect_to)
             }
@@ -567,6 +682,12 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             None => (0, 0),
         };
         let across = send(&inner, &s.across, &cross, now).await;
+        if relaying && collect_to.is_none() && s.across.is_empty() && successor(&inner) {
+            // A sender that took over makes itself known across every interval, busy or
+            // not: the other regions' membership still elects the one it replaced, and they
+            // reach a region through the daemon that relays for it.
+            announce_across(&inner, &cross, now).await;
+        }
         if s.record {
             inner
                 .collected
@@ -585,6 +706,26 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
 
 /// Packs `entries` once per hop kind and sends each payload to every destination of that
 /// kind. Returns (figures packed, figures skipped), counted once whatever the receivers.
+/// This daemon's packet header at `now` (the sequence number is set per shipment).
+fn header(inner: &Inner, now: Micros) -> Header<'_> {
+    Header {
+        region: &inner.cfg.region,
+        sender: &inner.cfg.node_id,
+        first_seq: inner.seq.fetch_add(1, Ordering::Relaxed),
+        sent_ms: now / 1000,
+    }
+}
+
+/// An empty relayed packet to every other region's receiver.
+async fn announce_across(inner: &Inner, cross: &[(SocketAddr, Hop)], now: Micros) {
+    let payload = pack::announce(&header(inner, now), Hop::Relay);
+    let mut frame = Vec::new();
+    inner.codec.seal(Kind::Counts, &payload, &mut frame);
+    for (addr, _) in cross.iter().filter(|(_, h)| *h == Hop::Relay) {
+        send_one(inner, &frame, *addr, Scope::CrossRegion).await;
+    }
+}
+
 async fn send(
     inner: &Inner,
     entries: &[ShipEntry],
@@ -648,7 +789,12 @@ async fn send(
 
 async fn send_one(inner: &Inner, frame: &[u8], addr: SocketAddr, scope: Scope) {
     match inner.socket.send_to(frame, addr).await {
-        Ok(n) => inner.metrics.sent(n, scope),
+        Ok(n) => {
+            inner.metrics.sent(n, scope);
+            if scope == Scope::InRegion {
+                inner.in_region_at.store(now_micros(), Ordering::Relaxed);
+            }
+        }
         Err(e) => {
             inner.metrics.send_error();
             tracing::debug!(%addr, error = %e, "counts datagram not sent");
@@ -665,6 +811,8 @@ async fn receive_loop(
     // membership changes (not at the next interval: a daemon that just joined hears at once).
     let mut live = inner.live.clone();
     let mut fan_out: Vec<SocketAddr> = Vec::new();
+    // This region's daemons by address: a datagram from one is a sign of life of it.
+    let mut own: HashMap<SocketAddr, String> = HashMap::new();
     let mut frame = Vec::new();
     loop {
         let (from, payload) = tokio::select! {
@@ -674,13 +822,26 @@ async fn receive_loop(
             },
             _ = stop.changed() => return,
         };
-        let Some(on) = merge_packet(&inner, from, &payload, now_micros()) else {
-            continue;
-        };
-        if live.has_changed().unwrap_or(false) || fan_out.is_empty() {
+        if live.has_changed().unwrap_or(false) || own.is_empty() {
             let ms = members(&live.borrow_and_update());
             fan_out = relay::fan_out(&inner.cfg.node_id, &inner.cfg.region, &ms);
+            own = ms
+                .into_iter()
+                .filter(|m| m.region == inner.cfg.region)
+                .map(|m| (m.addr, m.node_id))
+                .collect();
         }
+        let now = now_micros();
+        if let Some(id) = own.get(&from) {
+            inner
+                .watch
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .heard(id, now);
+        }
+        let Some(on) = merge_packet(&inner, from, &payload, now) else {
+            continue;
+        };
         inner.codec.seal(Kind::Counts, &on, &mut frame);
         for addr in &fan_out {
             send_one(&inner, &frame, *addr, Scope::InRegion).await;
@@ -747,9 +908,17 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) ->
         }
     }
     m.lag((now / 1000).saturating_sub(u.sent_ms));
+    if u.hop == Hop::Relay {
+        inner
+            .watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .relayed(&u.region, &u.sender, now);
+    }
     // Only the origin region's figures travel on (`region` is kept by the relabel), and only
-    // once: a fanned-out packet is never passed on again.
-    (u.hop == Hop::Relay)
+    // once: a fanned-out packet is never passed on again, nor an empty one (a sender's
+    // announcement).
+    (u.hop == Hop::Relay && !u.figures.is_empty())
         .then(|| pack::relabel(payload, Hop::FanOut))
         .flatten()
 }

@@ -207,6 +207,15 @@ pub fn pack_hop(
     out
 }
 
+/// A packet without figures: a region's sender makes itself heard with it (in its region
+/// when it had nothing to pass on, across when it had nothing to ship; see
+/// `sluice_core::liveness`). Receivers merge nothing and pass nothing on.
+pub fn announce(header: &Header<'_>, hop: Hop) -> Vec<u8> {
+    Open::new(header, hop, header.first_seq)
+        .packet
+        .encode_to_vec()
+}
+
 /// One figure as received.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Received {

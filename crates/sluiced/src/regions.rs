@@ -80,6 +80,11 @@ pub struct GossipConfig {
     pub ship_interval_ms: u64,
     /// chitchat's gossip round, ms.
     pub gossip_interval_ms: u64,
+    /// How long this region's sender may stay silent (it sends every daemon of the region
+    /// something at least every quarter interval) before the election passes it over, ms
+    /// (0: three quarters of the ship interval, so a dead sender is replaced within one
+    /// interval). A sender only slow costs a duplicate shipment, never a wrong count.
+    pub sender_stale_ms: u64,
     /// What one interval may ship, in estimated entry bytes (`sluice_core::ship`); busy
     /// figures beyond it are deferred, nearest their limit first, and counted.
     pub max_bytes_per_interval: usize,
@@ -113,6 +118,7 @@ impl Default for GossipConfig {
             key_reload_ms: 5_000,
             ship_interval_ms: 1_000,
             gossip_interval_ms: 500,
+            sender_stale_ms: 0,
             max_bytes_per_interval: 8_000_000,
             max_datagram: 1_400,
             resend_after_ms: 5_000,
@@ -343,6 +349,8 @@ pub async fn start(
     nc.key = keys.first().cloned();
     nc.ship_interval = Duration::from_millis(g.ship_interval_ms);
     nc.gossip_interval = Duration::from_millis(g.gossip_interval_ms);
+    nc.sender_stale_after =
+        (g.sender_stale_ms > 0).then(|| Duration::from_millis(g.sender_stale_ms));
     nc.budget = Budget {
         max_bytes: g.max_bytes_per_interval,
         max_entries: usize::MAX,

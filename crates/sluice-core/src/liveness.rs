@@ -1,0 +1,261 @@
+//! Who may be elected a region's sender: a liveness much faster than the membership's
+//! failure detector, for the one decision where a wrong guess costs only duplicates.
+//!
+//! The membership (chitchat's phi-accrual detector) is tuned not to drop a slow peer: it
+//! takes several gossip rounds of silence (3–4 s with 500 ms rounds) to call a node dead, and
+//! until then the dead sender stays elected, its region's figures stop crossing, and the
+//! other regions keep relaying to it. Electing wrongly is cheap by contrast: two daemons that
+//! both believe they send both ship, and receivers keep the max ([`crate::relay`]). So the
+//! election watches signs of life it can see directly:
+//!
+//! - **In the region**, the sender sends something to every daemon of its region at least
+//!   every [`beacon_every`] (a packet it passes on, or an empty one). A daemon that has heard
+//!   nothing from the sender it counts on for [`stale_after`] passes it over until it is
+//!   heard again: the next lowest id takes over, at once rather than at its next shipment.
+//! - **Across regions**, a sender ships to every other region's receiver each interval (an
+//!   empty packet when it has nothing to ship). A region whose figures lately came from a
+//!   daemon other than the one the membership elects is sent to through that daemon: the
+//!   one that took over is alive, the one it replaced may not be.
+//!
+//! [`SenderWatch`] keeps those observations; `now` is an argument, so the daemon drives it
+//! with its clock and a test with a manual one.
+
+use crate::Micros;
+use crate::relay::{self, Member};
+use std::collections::HashMap;
+
+/// How often a sender makes itself heard in its region when it has nothing else to send:
+/// a quarter of the ship interval.
+pub fn beacon_every(ship_interval: Micros) -> Micros {
+    ship_interval / 4
+}
+
+/// How long the sender may stay silent before its region passes it over: three quarters of
+/// the ship interval (three beacons missed), so a dead sender is replaced within one
+/// interval.
+pub fn stale_after(ship_interval: Micros) -> Micros {
+    ship_interval * 3 / 4
+}
+
+/// How long a region keeps being reached through the daemon that last relayed its figures:
+/// two and a half intervals (two shipments may be lost).
+pub fn relayer_kept(ship_interval: Micros) -> Micros {
+    ship_interval * 5 / 2
+}
+
+/// Signs of life the sender election takes into account, as one daemon saw them.
+#[derive(Debug, Default)]
+pub struct SenderWatch {
+    /// Daemons of this region: when a packet from each last arrived.
+    heard: HashMap<String, Micros>,
+    /// The sender this daemon counts on, and since when.
+    counting_on: Option<(String, Micros)>,
+    /// Passed over, and when: until heard from after that.
+    passed_over: HashMap<String, Micros>,
+    /// Other regions: the daemon that last relayed their figures here, and when.
+    relayers: HashMap<String, (String, Micros)>,
+}
+
+impl SenderWatch {
+    /// A packet from `node_id`, a daemon of this region, arrived at `now`.
+    pub fn heard(&mut self, node_id: &str, now: Micros) {
+        match self.heard.get_mut(node_id) {
+            Some(t) => *t = (*t).max(now),
+            None => {
+                self.heard.insert(node_id.to_string(), now);
+            }
+        }
+    }
+
+    /// `node_id` of `region` relayed that region's figures here at `now`.
+    pub fn relayed(&mut self, region: &str, node_id: &str, now: Micros) {
+        match self.relayers.get_mut(region) {
+            Some((n, t)) if n == node_id => *t = (*t).max(now),
+            Some(r) if r.1 > now => {}
+            _ => {
+                self.relayers
+                    .insert(region.to_string(), (node_id.to_string(), now));
+            }
+        }
+    }
+
+    /// Marks the members the election must pass over as not relaying, in place: this
+    /// region's sender when it has been silent past `stale` (and any passed over before and
+    /// not heard from since), and in another region every relaying member but the one that
+    /// relayed here within `kept`. `me` is this daemon, of `region`. Forgets daemons the
+    /// membership no longer lists.
+    pub fn electable(
+        &mut self,
+        members: &mut [Member<'_>],
+        me: &str,
+        region: &str,
+        now: Micros,
+        stale: Micros,
+        kept: Micros,
+    ) {
+        self.forget(members);
+        let heard = |h: &HashMap<String, Micros>, id: &str| h.get(id).copied().unwrap_or(0);
+        for m in members.iter_mut() {
+            if let Some(&at) = self.passed_over.get(m.node_id)
+                && heard(&self.heard, m.node_id) <= at
+                && m.node_id != me
+            {
+                m.relays = false;
+            }
+        }
+        // This region's sender: heard lately, or counted on only lately (a grace period
+        // from the moment this daemon starts counting on it). Each one passed over hands
+        // the watch to the next, which starts its own grace period.
+        if let Some(g) = relay::gateway(members, region).filter(|g| *g != me) {
+            let since = match &self.counting_on {
+                Some((n, t)) if n == g => *t,
+                _ => {
+                    self.counting_on = Some((g.to_string(), now));
+                    now
+                }
+            };
+            let last = heard(&self.heard, g).max(since);
+            if now.saturating_sub(last) > stale {
+                self.passed_over.insert(g.to_string(), now);
+                for m in members.iter_mut().filter(|m| m.node_id == g) {
+                    m.relays = false;
+                }
+                self.counting_on = relay::gateway(members, region).map(|n| (n.to_string(), now));
+            }
+        }
+        for (r, (relayer, at)) in &self.relayers {
+            if r == region || now.saturating_sub(*at) > kept {
+                continue;
+            }
+            let listed = members
+                .iter()
+                .any(|m| m.region == r && m.node_id == relayer);
+            if !listed {
+                continue;
+            }
+            for m in members
+                .iter_mut()
+                .filter(|m| m.region == r && m.node_id != relayer)
+            {
+                m.relays = false;
+            }
+        }
+    }
+
+    /// Whether this daemon has passed `node_id` over (tests, metrics).
+    pub fn is_passed_over(&self, node_id: &str) -> bool {
+        self.passed_over.contains_key(node_id)
+    }
+
+    fn forget(&mut self, members: &[Member<'_>]) {
+        let listed = |id: &str| members.iter().any(|m| m.node_id == id);
+        self.heard.retain(|id, _| listed(id));
+        self.passed_over.retain(|id, _| listed(id));
+        self.relayers.retain(|_, (id, _)| listed(id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Micros = 1_000;
+    const SHIP: Micros = 1_000 * MS;
+
+    fn m<'a>(node_id: &'a str, region: &'a str) -> Member<'a> {
+        Member {
+            node_id,
+            region,
+            relays: true,
+        }
+    }
+
+    fn fleet() -> Vec<Member<'static>> {
+        vec![
+            m("a-1", "a"),
+            m("a-2", "a"),
+            m("a-3", "a"),
+            m("b-1", "b"),
+            m("b-2", "b"),
+        ]
+    }
+
+    /// The gateways `me` elects at `now` (a's, b's).
+    fn elect(w: &mut SenderWatch, me: &str, now: Micros) -> (String, String) {
+        let mut ms = fleet();
+        w.electable(&mut ms, me, "a", now, stale_after(SHIP), relayer_kept(SHIP));
+        let g = |r| relay::gateway(&ms, r).unwrap_or("none").to_string();
+        (g("a"), g("b"))
+    }
+
+    #[test]
+    fn a_silent_sender_is_passed_over_within_one_interval_and_back_once_heard() {
+        let mut w = SenderWatch::default();
+        // a-3 starts counting on a-1 at 0 and hears its beacons every 250 ms.
+        for t in 0..8 {
+            w.heard("a-1", t * beacon_every(SHIP));
+            assert_eq!(elect(&mut w, "a-3", t * beacon_every(SHIP)).0, "a-1");
+        }
+        // a-1's last beacon came at 1,750 ms; silence up to the bound keeps it.
+        let last = 7 * beacon_every(SHIP);
+        assert_eq!(elect(&mut w, "a-3", last + stale_after(SHIP)).0, "a-1");
+        // Past it, a-2 is elected: within one interval of the last sign of life.
+        let t = last + stale_after(SHIP) + MS;
+        assert_eq!(elect(&mut w, "a-3", t).0, "a-2");
+        assert!(w.is_passed_over("a-1"));
+        // a-2 now has its own grace period: not passed over for a-1's silence.
+        assert_eq!(elect(&mut w, "a-3", t + stale_after(SHIP)).0, "a-2");
+        w.heard("a-2", t + stale_after(SHIP));
+        assert_eq!(elect(&mut w, "a-3", t + 2 * stale_after(SHIP)).0, "a-2");
+        // a-1 is heard again (it was only slow, or restarted): elected again at once.
+        w.heard("a-1", t + 2 * stale_after(SHIP) + MS);
+        assert_eq!(
+            elect(&mut w, "a-3", t + 2 * stale_after(SHIP) + MS).0,
+            "a-1"
+        );
+    }
+
+    #[test]
+    fn the_next_daemon_takes_over_for_itself_and_never_passes_itself_over() {
+        let mut w = SenderWatch::default();
+        assert_eq!(elect(&mut w, "a-2", 0).0, "a-1");
+        // a-1 silent since a-2 started counting on it: a-2 elects itself.
+        assert_eq!(elect(&mut w, "a-2", stale_after(SHIP) + 1).0, "a-2");
+        // Silence of its own is not a thing: it stays elected.
+        assert_eq!(elect(&mut w, "a-2", 10 * SHIP).0, "a-2");
+        // The lowest id never watches anyone.
+        let mut w = SenderWatch::default();
+        assert_eq!(elect(&mut w, "a-1", 10 * SHIP).0, "a-1");
+    }
+
+    #[test]
+    fn another_region_is_reached_through_the_daemon_that_relayed_from_it_lately() {
+        let mut w = SenderWatch::default();
+        assert_eq!(elect(&mut w, "a-1", 0).1, "b-1");
+        // b-2 took over b's sending: b is reached through it for as long as it relays.
+        w.relayed("b", "b-2", SHIP);
+        assert_eq!(elect(&mut w, "a-1", SHIP).1, "b-2");
+        assert_eq!(elect(&mut w, "a-1", SHIP + relayer_kept(SHIP)).1, "b-2");
+        // b-2 stopped relaying (b-1 is back and sends, or b-2 died): the membership again.
+        assert_eq!(elect(&mut w, "a-1", SHIP + relayer_kept(SHIP) + 1).1, "b-1");
+        // A relayer the membership no longer lists is forgotten.
+        w.relayed("b", "b-9", 5 * SHIP);
+        assert_eq!(elect(&mut w, "a-1", 5 * SHIP).1, "b-1");
+        assert!(w.relayers.is_empty());
+        // A late, older packet of another relayer does not replace a newer one.
+        w.relayed("b", "b-2", 6 * SHIP);
+        w.relayed("b", "b-1", 6 * SHIP - 1);
+        assert_eq!(elect(&mut w, "a-1", 6 * SHIP).1, "b-2");
+    }
+
+    #[test]
+    fn defaults_replace_a_dead_sender_within_one_interval() {
+        let ship = 1_000 * MS;
+        assert!(stale_after(ship) + beacon_every(ship) / 2 <= ship);
+        assert!(
+            beacon_every(ship) * 2 < stale_after(ship),
+            "two missed beacons are no death"
+        );
+        assert!(relayer_kept(ship) > 2 * ship);
+    }
+}
