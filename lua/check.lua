@@ -248,8 +248,9 @@ end
 -- written as "ts" alone: 0 tokens at the instant it was empty (core: token_bucket::normalize),
 -- one integer, which Redis keeps inside the key's object (72 B a key instead of 104).
 --
--- For buckets the item's remote.prev is a flag, nonzero when the rule's figure is shared
--- (core: Remote::shares_bucket); buckets have no previous window.
+-- For buckets the item's remote.prev is 0 for a region-scope rule, else the number of
+-- regions sharing it (core: Remote::shares_bucket, Remote::fresh_share); buckets have no
+-- previous window.
 
 -- core: token_bucket::used_after; MAX_USED = 2^53 - 1. used + min(cost, burst) may round
 -- above 2^53, but rounding is monotone, so the min still gives MAX_USED.
@@ -301,8 +302,27 @@ local function tb_load(key, ki)
     return { tokens, ts, seen, used }, nil
 end
 
+-- core: Remote::fresh_share. Units a fresh bucket key holds at once: the whole burst for a
+-- region-scope rule (rprev 0) or one region (rprev 1), else this region's share of it,
+-- ceil(burst / R) with R = rprev, at least 1 and at most the burst: R regions that each see
+-- a new key start together with about one burst, not R.
+local function fresh_share(burst, rprev)
+    if rprev <= 1 then
+        return burst
+    end
+    return min(max(ceil_div(burst, rprev), 1), burst)
+end
+
+-- core: Remote::fresh_seen. The remote figure a fresh bucket key takes as drained: the
+-- figure it hears plus the rest of the burst, which the other regions take from their own
+-- shares. rcur + the rest may round above 2^53, but rounding is monotone, so the min still
+-- gives MAX_USED (rcur itself is at most 2^53 - 1).
+local function fresh_seen(burst, rcur, rprev)
+    return min(rcur + (burst - fresh_share(burst, rprev)), MAX_USED)
+end
+
 -- rate = units per µs, scale = units per token (`algo::Rate::units` / `scale`).
-local function tb_current(rate, scale, burst, st, now, rcur)
+local function tb_current(rate, scale, burst, st, now, rcur, rprev)
     local cap = burst * scale
     local tokens, ts, seen, used
     if st then
@@ -318,7 +338,8 @@ local function tb_current(rate, scale, burst, st, now, rcur)
         seen = st[3]
         used = st[4]
     else
-        tokens, ts, seen, used = cap, now, rcur, 0
+        tokens, ts, used = fresh_share(burst, rprev) * scale, now, 0
+        seen = fresh_seen(burst, rcur, rprev)
     end
     -- Other regions' new consumption comes out of what the bucket holds; the rest is owed
     -- (seen lags the figure, at most one burst) and comes out of the refill.
@@ -334,7 +355,7 @@ end
 local function tb_evaluate(it, st, now, cost)
     local rate, burst, scale = it.p1, it.p2, it.wstart
     local cap = burst * scale
-    local tokens, _, _, used = tb_current(rate, scale, burst, st, now, it.rcur)
+    local tokens, _, _, used = tb_current(rate, scale, burst, st, now, it.rcur, it.rprev)
     -- A cost above the burst never fits (and cost × scale could pass 2^53).
     local probe = max(cost, 1)
     local need = cap + 1
@@ -362,7 +383,7 @@ end
 local function tb_take(it, st, now, cost)
     local rate, burst, scale = it.p1, it.p2, it.wstart
     local cap = burst * scale
-    local tokens, ts, seen, used = tb_current(rate, scale, burst, st, now, it.rcur)
+    local tokens, ts, seen, used = tb_current(rate, scale, burst, st, now, it.rcur, it.rprev)
     -- A charge above the burst empties the bucket, no more.
     tokens = sat(tokens - min(cost, burst) * scale)
     used = used_after(it, used, cost)
@@ -405,12 +426,14 @@ local function gcra_load(key, ki)
 end
 
 -- t = the emission interval in µs (`algo::Rate::interval`).
-local function gcra_current(t, burst, st, now, rcur)
+local function gcra_current(t, burst, st, now, rcur, rprev)
     local tat, seen, used
     if st then
         tat, seen, used = st[1], st[2], st[3]
     else
-        tat, seen, used = now, rcur, 0
+        -- Fresh: this region's share of the cells free (all of them unless shared), the
+        -- rest left to the other regions' shares.
+        tat, seen, used = now + (burst - fresh_share(burst, rprev)) * t, fresh_seen(burst, rcur, rprev), 0
     end
     -- Fresh remote consumption up to one burst of debt; the rest is owed (seen lags).
     local fresh = sat(rcur - seen)
@@ -425,7 +448,7 @@ end
 local function gcra_evaluate(it, st, now, cost)
     local t, burst = it.p1, it.p2
     local tolerance = t * burst
-    local tat, _, used = gcra_current(t, burst, st, now, it.rcur)
+    local tat, _, used = gcra_current(t, burst, st, now, it.rcur, it.rprev)
     local probe_cost = max(cost, 1)
     local probe = tat + probe_cost * t
     if probe - now <= tolerance then
@@ -446,7 +469,7 @@ end
 
 local function gcra_take(it, st, now, cost)
     local t, burst = it.p1, it.p2
-    local tat, seen, used = gcra_current(t, burst, st, now, it.rcur)
+    local tat, seen, used = gcra_current(t, burst, st, now, it.rcur, it.rprev)
     -- A charged refusal may not push the TAT beyond one full burst of debt.
     tat = min(tat + cost * t, now + t * burst)
     used = used_after(it, used, cost)

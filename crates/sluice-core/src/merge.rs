@@ -23,7 +23,9 @@
 //!   remembers how much of it it already drained (`seen`), so only the increase costs tokens.
 //!   The figure is always marked shared ([`Remote::shared_bucket`], heard of or not), so the
 //!   store keeps the region's cumulative `used` beside the bucket and answers it as the
-//!   outcome's `usage`: the figure the region ships ([`crate::ship::observed`]);
+//!   outcome's `usage`: the figure the region ships ([`crate::ship::observed`]). It also
+//!   carries the number of regions the caller counts, so a key new to this region starts
+//!   with its share of the burst ([`Remote::fresh_share`]);
 //! - sliding log, concurrency: not shared (they take no remote figure).
 //!
 //! A region that goes silent keeps its last figures until their windows end: a window slot
@@ -234,16 +236,18 @@ impl RemoteCounts {
     }
 
     /// The remote figure a decision on a global rule's `key` adds at `now`, buckets marked
-    /// shared: see the module docs. Every caller that plans a global rule uses this one
-    /// function, so the daemon and the simulator decide alike.
-    pub fn remote_for(&self, key: &str, params: &Params, now: Micros) -> Remote {
+    /// shared by `regions` regions (the regions the caller counts, this one included: a
+    /// fresh bucket key starts with its share of the burst, [`Remote::fresh_share`]): see
+    /// the module docs. Every caller that plans a global rule uses this one function, so the
+    /// daemon and the simulator decide alike.
+    pub fn remote_for(&self, key: &str, params: &Params, now: Micros, regions: usize) -> Remote {
         let slots = self.keys.get(key.as_bytes());
         if let Params::TokenBucket { .. } | Params::Gcra { .. } = params {
             // Cumulative: every slot, expired or not. Summing a slot past its expiry costs
             // nothing (the bucket already drained it: `seen` covers it), and not dropping it
             // one at a time keeps the sum from dipping (see the module docs). Shared even
             // before any figure is heard: the region's `used` must count from its first take.
-            return Remote::shared_bucket(slots.map_or(0, |s| sum(s, |_| true)));
+            return Remote::shared_bucket(slots.map_or(0, |s| sum(s, |_| true)), regions);
         }
         let Some(slots) = slots else {
             return Remote::default();
@@ -430,10 +434,10 @@ mod tests {
             rc.merge("us", "k", &p, MIN, 500, MIN + 2),
             Merged::OwnRegion
         );
-        assert_eq!(rc.remote_for("k", &p, MIN + 3).cur, 50);
+        assert_eq!(rc.remote_for("k", &p, MIN + 3, 3).cur, 50);
         // Silent regions keep their counts until the window ends, then weigh nothing.
-        assert_eq!(rc.remote_for("k", &p, 2 * MIN - 1).cur, 50);
-        assert_eq!(rc.remote_for("k", &p, 2 * MIN).cur, 0);
+        assert_eq!(rc.remote_for("k", &p, 2 * MIN - 1, 3).cur, 50);
+        assert_eq!(rc.remote_for("k", &p, 2 * MIN, 3).cur, 0);
         assert_eq!(rc.merge("eu", "k", &p, MIN, 40, 2 * MIN), Merged::Expired);
         assert_eq!(rc.sweep(2 * MIN), 2);
         assert!(rc.is_empty());
@@ -445,11 +449,11 @@ mod tests {
         let p = sliding();
         rc.merge("eu", "k", &p, 0, 70, 10 * SECOND);
         rc.merge("eu", "k", &p, MIN, 5, MIN + SECOND);
-        let r = rc.remote_for("k", &p, MIN + 2 * SECOND);
+        let r = rc.remote_for("k", &p, MIN + 2 * SECOND, 3);
         assert_eq!((r.cur, r.prev), (5, 70));
         // A third window pushes out the oldest.
         rc.merge("eu", "k", &p, 2 * MIN, 1, 2 * MIN + 1);
-        let r = rc.remote_for("k", &p, 2 * MIN + 2);
+        let r = rc.remote_for("k", &p, 2 * MIN + 2, 3);
         assert_eq!((r.cur, r.prev), (1, 5));
         assert!(rc.slots() <= 2);
         // A report for a window older than both held is not news.
@@ -497,7 +501,7 @@ mod tests {
             }
         }
         assert_eq!(rc.slots(), 2);
-        assert_eq!(rc.remote_for("k", &fixed(), 2).cur, 2 * 149);
+        assert_eq!(rc.remote_for("k", &fixed(), 2, 3).cur, 2 * 149);
     }
 
     #[test]
@@ -508,7 +512,7 @@ mod tests {
         rc.merge("ap", "k", &p, 0, 10, 50 * SECOND);
         // eu's slot is past its period, ap's is not: both stay, the sum does not dip.
         assert_eq!(rc.sweep(120 * SECOND), 0);
-        assert_eq!(rc.remote_for("k", &p, 120 * SECOND).cur, 20);
+        assert_eq!(rc.remote_for("k", &p, 120 * SECOND, 3).cur, 20);
         assert_eq!(rc.sweep(150 * SECOND), 2);
         assert!(rc.is_empty());
     }
@@ -525,24 +529,24 @@ mod tests {
         };
         for p in [bucket(), gcra] {
             assert_eq!(
-                rc.remote_for("k", &p, MIN),
-                Remote::shared_bucket(0),
+                rc.remote_for("k", &p, MIN, 3),
+                Remote::shared_bucket(0, 3),
                 "{p:?}"
             );
             rc.merge("eu", "k", &p, 0, 30, MIN);
             rc.merge("ap", "k", &p, 0, 12, MIN);
             assert_eq!(
-                rc.remote_for("k", &p, MIN),
-                Remote::shared_bucket(42),
+                rc.remote_for("k", &p, MIN, 3),
+                Remote::shared_bucket(42, 3),
                 "{p:?}"
             );
             rc.sweep(10_000 * MIN);
         }
         // Windows carry no flag: `prev` is the previous window's count.
-        assert_eq!(rc.remote_for("k", &fixed(), MIN), Remote::default());
+        assert_eq!(rc.remote_for("k", &fixed(), MIN, 3), Remote::default());
         rc.merge("eu", "k", &sliding(), 0, 7, 1);
         assert_eq!(
-            rc.remote_for("k", &sliding(), MIN + 1),
+            rc.remote_for("k", &sliding(), MIN + 1, 3),
             Remote { cur: 0, prev: 7 }
         );
     }
@@ -577,7 +581,7 @@ mod tests {
                     params: p.clone(),
                     enforce: true,
                     charge_rejected: false,
-                    remote: rc.remote_for("k", &p, now),
+                    remote: rc.remote_for("k", &p, now, 2),
                 }],
             };
             let (res, writes) = apply(&call, &[state.as_ref().map(|(st, _)| st.clone())]);
@@ -632,7 +636,7 @@ mod tests {
         let mut v = Vec::new();
         for k in 0..3 {
             for t in [0, MIN + 5, 2 * MIN + 5, 3 * MIN - 1] {
-                v.push(rc.remote_for(&format!("k{k}"), params, t));
+                v.push(rc.remote_for(&format!("k{k}"), params, t, 3));
             }
         }
         v
@@ -711,7 +715,7 @@ mod tests {
             let rc = apply_all(&p, &delivered, 0);
             for k in 0..3u8 {
                 for w in 0..2u64 {
-                    let got = rc.remote_for(&format!("k{k}"), &p, w * MIN + 1).cur;
+                    let got = rc.remote_for(&format!("k{k}"), &p, w * MIN + 1, 3).cur;
                     prop_assert_eq!(got, truth(&delivered, k, w));
                     prop_assert!(got <= truth(&reps, k, w));
                 }
@@ -741,13 +745,13 @@ mod tests {
             st = Some(algo::take(&p, st.as_ref(), &peek(Remote::default())).0);
             for (r, c) in &msgs {
                 rc.merge(REGIONS[usize::from(*r)], "k", &p, 0, *c, now);
-                let remote = rc.remote_for("k", &p, now);
+                let remote = rc.remote_for("k", &p, now, 3);
                 st = Some(algo::take(&p, st.as_ref(), &peek(remote)).0);
             }
             let expected: u64 = (0..3u8)
                 .map(|r| reps.iter().filter(|x| x.0 == r).map(|x| x.1).max().unwrap_or(0))
                 .sum();
-            let left = algo::evaluate(&p, st.as_ref(), &peek(rc.remote_for("k", &p, now)));
+            let left = algo::evaluate(&p, st.as_ref(), &peek(rc.remote_for("k", &p, now, 3)));
             prop_assert_eq!(left.remaining, 1_000 - expected);
         }
     }

@@ -363,7 +363,7 @@ mod tests {
         for figure in [170, 170, 150] {
             b.merge("a", &key, &params, 60_000_000 * 10, figure, now);
         }
-        assert_eq!(b.remote_for(&key, &params, now).cur, 170);
+        assert_eq!(b.remote_for(&key, &params, now, 2).cur, 170);
     }
 
     #[test]

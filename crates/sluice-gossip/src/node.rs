@@ -375,13 +375,22 @@ impl Node {
         self.inner.regions.load(Ordering::Relaxed).max(1)
     }
 
-    /// The other regions' figures a decision on `key` adds at `now`.
+    /// The other regions' figures a decision on `key` adds at `now`, a bucket's shared by
+    /// [`Node::regions`] regions (a key new to this region starts with its share of the
+    /// burst: [`Remote::fresh_share`]).
     pub fn remote_for(&self, key: &str, params: &Params, now: Micros) -> Remote {
+        self.remote_among(key, params, now, self.regions())
+    }
+
+    /// [`Node::remote_for`] with a bucket shared by `regions` regions: for a daemon that
+    /// counts more regions than the membership lists (its configured deployment), so a
+    /// region that has not joined yet still takes its part of a new key's burst.
+    pub fn remote_among(&self, key: &str, params: &Params, now: Micros, regions: usize) -> Remote {
         self.inner
             .remote
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .remote_for(key, params, now)
+            .remote_for(key, params, now, regions)
     }
 
     /// Every remote slot as `(key, region, window start, figure)`, sorted (tests, debugging).

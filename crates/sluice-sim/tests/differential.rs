@@ -207,7 +207,8 @@ impl RemoteSource for View {
         self.remote
             .lock()
             .expect("lock")
-            .remote_for(key, params, now)
+            // The sequence's two regions, as the engine counts them.
+            .remote_for(key, params, now, 2)
     }
 }
 

@@ -116,6 +116,12 @@ macro_rules! suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn new_global_bucket_in_3_regions_admits_a_share_each() {
+                let f = $fixture().await;
+                cases::new_global_bucket_in_3_regions(&*f.store, "").await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn huge_charged_refusal_on_a_log() {
                 let f = $fixture().await;
                 cases::huge_charged_refusal_on_a_log(&*f.store, "").await;

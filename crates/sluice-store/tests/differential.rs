@@ -329,6 +329,8 @@ struct Tally {
     /// ones written full, whose TTL is the refill period alone.
     kept: u64,
     kept_full: u64,
+    /// Calls on a fresh bucket key shared by 2 to 5 regions (which starts with a share).
+    fresh_shares: u64,
 }
 
 /// Counts a bucket write whose key outlives its refill (`token_bucket::kept_past_full`).
@@ -517,10 +519,15 @@ fn run_sequence(
             params: gen_params(&mut rng, *alg),
             enforce: !mixed || rng.chance(0.75),
             charge_rejected: rng.chance(0.3),
-            // Half the buckets start shared (they count `used`); the flag may flip below.
+            // Half the buckets start shared (they count `used`) among 1 to 5 regions (a
+            // fresh key holds its region's share of the burst); the scope may flip below.
             remote: Remote {
                 cur: 0,
-                prev: u64::from(matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(0.5)),
+                prev: if matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(0.5) {
+                    rng.range(1, 5)
+                } else {
+                    0
+                },
             },
         })
         .collect();
@@ -543,13 +550,20 @@ fn run_sequence(
             if rng.chance(0.1) {
                 let limit = item.params.limit();
                 item.remote = match alg {
-                    // Cumulative consumption elsewhere: monotone. `prev` is the shared flag:
-                    // a shared bucket counts its own `used` (and stores it), an unshared one
-                    // does not; a rule may switch between the two (a changed scope).
+                    // Cumulative consumption elsewhere: monotone. `prev` is 0 or the regions
+                    // sharing the rule: a shared bucket counts its own `used` (and stores it),
+                    // an unshared one does not; a rule may switch between the two (a changed
+                    // scope), and the regions counted may change (a region joins or leaves).
                     Alg::Tb | Alg::Gcra => Remote {
                         cur: item.remote.cur + rng.range(0, 5),
                         prev: if rng.chance(0.2) {
-                            u64::from(item.remote.prev == 0)
+                            if item.remote.prev == 0 {
+                                rng.range(1, 5)
+                            } else {
+                                0
+                            }
+                        } else if item.remote.prev > 0 && rng.chance(0.2) {
+                            rng.range(1, 5)
                         } else {
                             item.remote.prev
                         },
@@ -624,6 +638,17 @@ fn run_sequence(
                 .position(|a| *a == alg_of(&item.params))
                 .unwrap_or(0)] += 1;
         }
+        // Fresh keys of buckets shared by several regions: they start with a share.
+        tally.fresh_shares += call
+            .items
+            .iter()
+            .zip(&before)
+            .filter(|(it, st)| {
+                st.is_none()
+                    && it.remote.prev > 1
+                    && matches!(alg_of(&it.params), Alg::Tb | Alg::Gcra)
+            })
+            .count() as u64;
         tally.calls += 1;
         tally.item_checks += call.items.len() as u64;
         tally.refused += u64::from(!want.allowed);
@@ -760,7 +785,7 @@ fn used_saturates_alike_near_2_pow_53() {
                     params: params.clone(),
                     enforce: true,
                     charge_rejected: true,
-                    remote: Remote::shared_bucket(0),
+                    remote: Remote::shared_bucket(0, 1),
                 }],
             };
             let states = vec![Some(state)];
@@ -892,6 +917,8 @@ fn lua_and_rust_agree_on_random_sequences() {
         assert!(tally.tb_forms.iter().all(|n| *n > 200), "{tally:?}");
         // Shared buckets kept past full, some of them written full.
         assert!(tally.kept > 200 && tally.kept_full > 10, "{tally:?}");
+        // Fresh shared keys among several regions, compared at their share.
+        assert!(tally.fresh_shares > 100, "{tally:?}");
         // Every leasable algorithm was given back to, with and without effect.
         for (i, alg) in ALL.iter().enumerate() {
             if leasable(*alg) {

@@ -66,7 +66,7 @@ async fn memory_usage_per_key() {
     // A global bucket (shared between regions) also keeps its cumulative `used`; here after
     // a first unit, with a remote figure of 1,000,000 already heard (`seen`).
     let shared = |mut it: Item| {
-        it.remote = Remote::shared_bucket(1_000_000);
+        it.remote = Remote::shared_bucket(1_000_000, 1);
         it
     };
     let cases: Vec<(&str, Item, u64)> = vec![

@@ -291,9 +291,12 @@ impl RemoteSource for Regions {
     /// Called for global rules only: the core's one figure for a decision
     /// ([`sluice_core::merge::RemoteCounts::remote_for`], buckets marked shared, so the store
     /// counts the region's cumulative `used` in the key and returns it as the outcome's
-    /// `usage`). The simulator plans with the same function.
+    /// `usage`). The simulator plans with the same function. A bucket is shared by the
+    /// regions the busy rule counts (the membership's, or `gossip.regions` when more): a key
+    /// new to this region starts with that share of the burst.
     fn remote(&self, key: &str, params: &Params, now: Micros) -> Remote {
-        self.node.remote_for(key, params, now)
+        let regions = self.regions.max(self.node.regions());
+        self.node.remote_among(key, params, now, regions)
     }
 }
 

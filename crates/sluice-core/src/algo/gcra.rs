@@ -29,12 +29,19 @@ pub(super) fn ttl(
 /// TAT at `now` (never in the past), with fresh remote consumption applied up to one burst
 /// of debt; the remote figure seen (what was not applied is owed: `seen` lags the figure by
 /// it, at most one burst, and it is applied as the TAT comes back); this region's cumulative
-/// `used` (0 for a fresh key: a new generation).
+/// `used` (0 for a fresh key: a new generation, which leaves [`super::Remote::fresh_share`]
+/// cells and the rest of the burst to the other regions, [`super::Remote::fresh_seen`]).
 fn current(rate: Rate, burst: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
     let t = rate.interval();
     let (tat, seen, used) = match state {
         Some(State::Gcra { tat, seen, used }) => (*tat, *seen, *used),
-        _ => (req.now, req.remote.cur, 0),
+        // Fresh: every cell free, or this region's share of the burst for a shared rule (the
+        // TAT as if the rest had just been taken).
+        _ => (
+            req.now + (burst - req.remote.fresh_share(burst)) * t,
+            req.remote.fresh_seen(burst),
+            0,
+        ),
     };
     let fresh = req.remote.cur.saturating_sub(seen);
     let tat = tat.max(req.now);

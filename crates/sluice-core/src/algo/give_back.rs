@@ -267,7 +267,7 @@ mod tests {
             burst: 20,
         };
         let shared = Request {
-            remote: Remote::shared_bucket(5),
+            remote: Remote::shared_bucket(5, 1),
             ..req(T0, 10)
         };
         let (st, _) = take(&p, None, &shared);

@@ -5,7 +5,8 @@
 //! [`take`] applies the cost. [`give_back`] returns leased units that were taken and never
 //! spent. Both are deterministic integer arithmetic kept below 2^53, so the
 //! Lua scripts in `lua/` reproduce them bit for bit on Redis (a differential test holds them
-//! to it). Absent state means "fresh": a full bucket, an empty window.
+//! to it). Absent state means "fresh": a full bucket (for a shared one, this region's share of
+//! it: [`Remote::fresh_share`]), an empty window.
 
 mod calendar;
 mod concurrency;
@@ -187,28 +188,69 @@ impl Params {
 /// token bucket and GCRA, `cur` is the cumulative units other regions consumed (monotone), and
 /// the state remembers how much of it was already drained, so a repeated figure costs nothing.
 ///
-/// Buckets have no previous window, so for them `prev` carries a flag instead: nonzero when
-/// the rule's figure is shared, which makes the state count this region's cumulative `used`
-/// (and report it as `Outcome::usage`). The flag travels in the existing field so the store
+/// Buckets have no previous window, so for them `prev` carries something else: 0 for a
+/// region-scope rule, else the number of regions R sharing it (at least 1), which makes the
+/// state count this region's cumulative `used` (and report it as `Outcome::usage`) and
+/// starts a fresh key with this region's share of the burst, ceil(burst / R), rather than
+/// a full bucket: a key new in every region at once then admits about one burst in all,
+/// not R bursts ([`Remote::fresh_share`], [`Remote::fresh_seen`]). Both travel in the existing field so the store
 /// call (`lua/check.lua`'s `remote.prev` argument) needs no new argument, and region-scope
 /// buckets keep their smaller state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Remote {
     /// Current window count, or cumulative consumption for buckets.
     pub cur: u64,
-    /// Previous window count (sliding window); for buckets, nonzero = shared (see above).
+    /// Previous window count (sliding window); for buckets, 0 = region scope, else the
+    /// regions sharing the rule (see above).
     pub prev: u64,
 }
 
 impl Remote {
-    /// A shared bucket's remote figure: other regions' cumulative consumption `cur`.
-    pub fn shared_bucket(cur: u64) -> Remote {
-        Remote { cur, prev: 1 }
+    /// A shared bucket's remote figure: other regions' cumulative consumption `cur`, the
+    /// rule shared by `regions` regions (the daemon's count of regions with a live member;
+    /// 0 is read as 1, which starts a fresh key full as a region-scope one).
+    pub fn shared_bucket(cur: u64, regions: usize) -> Remote {
+        Remote {
+            cur,
+            prev: (regions as u64).max(1),
+        }
     }
 
     /// Whether a bucket keeps and reports its cumulative `used` (see the type's docs).
     pub fn shares_bucket(&self) -> bool {
         self.prev != 0
+    }
+
+    /// Units a fresh bucket key holds at once: the whole `burst` for a region-scope rule or
+    /// one region, else this region's share ceil(burst / R), at least 1 and at most the
+    /// burst. Why: R regions that each see a new key start together with about one burst
+    /// (at most burst + R − 1 from the rounding), the global burst the rule promises; each
+    /// then refills to the full burst at the rate. `lua/check.lua` computes the same.
+    pub fn fresh_share(&self, burst: u64) -> u64 {
+        if self.prev <= 1 {
+            burst
+        } else {
+            burst.div_ceil(self.prev).max(1).min(burst)
+        }
+    }
+
+    /// The remote figure a fresh bucket key takes as already drained: the figure it hears
+    /// (it cannot tell how much of it is recent), plus the rest of the burst, `burst −`
+    /// [`Remote::fresh_share`], which the other regions take from their own shares.
+    ///
+    /// Why: every region's bucket drains what all the others take, so each one is a replica
+    /// of the global bucket. Started at a share without this, a replica would also drain the
+    /// others' first shares: a key busy in every region would hold burst / R for good, not
+    /// the burst (a 10/s bucket of burst 100 in 3 regions admitted 634 in a minute, not 700).
+    /// With it, R regions that start together hold the burst between them and owe nothing
+    /// for it (at most R − 1 units from the rounding), and any one region's bucket still
+    /// bounds what all of them admit to the burst plus the refill. 0 extra for one region or
+    /// a region-scope rule; capped at 2^53 − 1 (never below `cur`) so Lua computes the same.
+    pub fn fresh_seen(&self, burst: u64) -> u64 {
+        self.cur
+            .saturating_add(burst - self.fresh_share(burst))
+            .min(MAX_USED)
+            .max(self.cur)
     }
 }
 

@@ -250,7 +250,7 @@ proptest! {
             if alone.as_ref().is_some_and(|(_, exp)| *exp <= now) {
                 alone = None;
             }
-            let r = Request { now, cost, request_id: "", remote: Remote::shared_bucket(remote) };
+            let r = Request { now, cost, request_id: "", remote: Remote::shared_bucket(remote, 1) };
             let r0 = Request { remote: Remote::default(), ..r };
             let o = evaluate(&p, shared.as_ref().map(|x| &x.0), &r);
             let o0 = evaluate(&p, alone.as_ref().map(|x| &x.0), &r0);
@@ -282,6 +282,88 @@ proptest! {
                 prop_assert_eq!(ttl0, peek(&st0, &r0));
                 shared = (ttl > 0).then_some((st, now + ttl));
                 alone = (ttl0 > 0).then_some((st0, now + ttl0));
+            }
+        }
+    }
+}
+
+/// Admits unit requests at `now` on `p` from `state` until one is refused: what a region
+/// lets through at once.
+fn admitted_at_once(p: &Params, state: Option<State>, now: Micros, remote: Remote) -> u64 {
+    let mut st = state;
+    let mut n = 0;
+    loop {
+        let r = Request {
+            now,
+            cost: 1,
+            request_id: "",
+            remote,
+        };
+        if !evaluate(p, st.as_ref(), &r).allowed || n > 100 {
+            return n;
+        }
+        st = Some(take(p, st.as_ref(), &r).0);
+        n += 1;
+    }
+}
+
+proptest! {
+    /// A global bucket new in R regions at once: each region starts with its share of the
+    /// burst, ceil(burst / R) (at least 1, at most the burst), so together they admit at most
+    /// the burst plus the rounding (R − 1), not R bursts. Hearing what the others took then
+    /// costs a region at most that rounding (their shares are not drained twice), so a full
+    /// refill period later each region holds the burst again, less the rounding. The prev
+    /// field of a shared figure carries R; R = 1 (and 0 read as 1) is exactly the full fresh
+    /// bucket of before: every outcome and every written state the same as from an explicit
+    /// full state.
+    #[test]
+    fn a_fresh_shared_bucket_starts_with_a_regions_share(
+        rate in rate(),
+        burst in 1u64..30,
+        regions in 1u64..=5,
+        gcra in any::<bool>(),
+        cur in 0u64..50,
+        s in steps(),
+    ) {
+        let p = if gcra {
+            Params::Gcra { rate, burst }
+        } else {
+            Params::TokenBucket { rate, burst }
+        };
+        let now = 1_700_000_000 * SECOND;
+        let share = burst.div_ceil(regions).clamp(1, burst);
+        let remote = Remote { cur, prev: regions };
+        let mut total = 0;
+        for _ in 0..regions {
+            let n = admitted_at_once(&p, None, now, remote);
+            prop_assert_eq!(n, share);
+            total += n;
+        }
+        prop_assert!(total < burst + regions, "{total} > {burst} + {regions} - 1");
+        // One region's state after its share, then the others' shares heard.
+        let mut st = None;
+        for _ in 0..share {
+            let r = Request { now, cost: 1, request_id: "", remote };
+            st = Some(take(&p, st.as_ref(), &r).0);
+        }
+        let heard = Remote { cur: cur + (regions - 1) * share, prev: regions };
+        let rounding = total - total.min(burst);
+        let later = now + p.window();
+        let n = admitted_at_once(&p, st, later, heard);
+        prop_assert!(n <= burst && n + rounding >= burst, "{n} of {burst} a refill later (rounding {rounding})");
+        // R = 1: today's fresh bucket, full, having seen the figure it hears.
+        let full = |now: Micros| if gcra {
+            State::Gcra { tat: now, seen: cur, used: 0 }
+        } else {
+            State::TokenBucket { tokens: burst * rate.scale(), ts: now, seen: cur, used: 0 }
+        };
+        for prev in [0, 1] {
+            let r = Request { now, cost: 0, request_id: "", remote: Remote { cur, prev } };
+            for (gap, cost) in &s {
+                let r = Request { now: now + gap, cost: *cost, ..r };
+                let st = full(r.now);
+                prop_assert_eq!(evaluate(&p, None, &r), evaluate(&p, Some(&st), &r));
+                prop_assert_eq!(take(&p, None, &r), take(&p, Some(&st), &r));
             }
         }
     }

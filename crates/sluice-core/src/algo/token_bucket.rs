@@ -2,7 +2,8 @@
 //!
 //! Tokens are kept in the rate's units ([`Rate::scale`] a token; micro-tokens for rates per
 //! second), so a refill is exactly [`Rate::units`] units per microsecond: no rounding, ever,
-//! `10/1m` included. Absent state is a full bucket, so a region-scope key expires as soon as
+//! `10/1m` included. Absent state is a full bucket (a shared rule's: this region's share of it,
+//! [`super::Remote::fresh_share`]), so a region-scope key expires as soon as
 //! its bucket is full again; a shared one a refill period later ([`kept_past_full`]).
 //!
 //! A stored state is written in its shortest exact form ([`normalize`]): "`tokens` at `ts`"
@@ -59,7 +60,9 @@ pub(super) fn kept_past_full(seen: u64, used: u64, period: Micros) -> Micros {
 }
 
 /// Tokens at `now` (refilled, remote consumption drained), the remote figure seen, and this
-/// region's cumulative `used` (0 when the key is fresh: a new generation).
+/// region's cumulative `used` (0 when the key is fresh: a new generation). A fresh key holds
+/// [`super::Remote::fresh_share`] of the burst (all of it unless the rule is shared by several
+/// regions) and leaves the rest to the other regions ([`super::Remote::fresh_seen`]).
 pub(super) fn current(
     rate: Rate,
     burst: u64,
@@ -85,7 +88,14 @@ pub(super) fn current(
             };
             (tokens, (*ts).max(req.now), *seen, *used)
         }
-        _ => (cap, req.now, req.remote.cur, 0),
+        // Fresh: full, or this region's share of the burst for a shared rule, the rest left
+        // to the other regions' shares.
+        _ => (
+            req.remote.fresh_share(burst) * scale,
+            req.now,
+            req.remote.fresh_seen(burst),
+            0,
+        ),
     };
     // Other regions' new consumption comes out of what the bucket holds. What it cannot hold
     // now is owed, `seen` lagging the figure, and comes out of the refill (at most one burst
@@ -304,7 +314,7 @@ mod tests {
             cost,
             request_id: "",
             remote: if shared {
-                Remote::shared_bucket(0)
+                Remote::shared_bucket(0, 1)
             } else {
                 Remote::default()
             },
@@ -390,7 +400,7 @@ mod tests {
             now,
             cost: 1,
             request_id: "",
-            remote: Remote::shared_bucket(cur),
+            remote: Remote::shared_bucket(cur, 1),
         };
         // Full (10), then the others take 14: empty, 4 owed.
         let (st, _) = take(

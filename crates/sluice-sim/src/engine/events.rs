@@ -201,8 +201,9 @@ impl<'a> Sim<'a> {
         let request_id = (self.seq + 1).to_string();
         let lt = self.clock(r, at);
         let remote = &self.regions[r].daemons[view(self.sc, d)].remote;
+        let regions = self.sc.regions.len();
         let p = plan(self.domain, descriptors, lt, cost, &request_id, |a| {
-            remote.remote_for(&a.key, &a.params, lt)
+            remote.remote_for(&a.key, &a.params, lt, regions)
         });
         let unlimited = p.calls.is_empty().then(|| p.decide(RULES_VERSION, &[]));
         let exec_at = match self.queue(r, d, None, at, cost, p) {

@@ -36,6 +36,7 @@ impl<'a> Sim<'a> {
         let local = self.clock(r, now);
         let domain = self.domain;
         let remote = &self.regions[r].daemons[view(self.sc, d)].remote;
+        let regions = self.sc.regions.len();
         for h in self.heals.iter_mut().filter(|h| h.done.is_none()) {
             let (mut met, mut moot) = (0, 0);
             h.needs[gi].retain(|n| {
@@ -44,7 +45,7 @@ impl<'a> Sim<'a> {
                     return false;
                 }
                 let params = &domain.rules[n.rule].params;
-                if remote.remote_for(&n.key, params, local).cur >= n.expected {
+                if remote.remote_for(&n.key, params, local, regions).cur >= n.expected {
                     met += 1;
                     return false;
                 }

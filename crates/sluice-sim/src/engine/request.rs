@@ -69,7 +69,7 @@ impl<'a> Sim<'a> {
                     lt,
                     cost,
                     request_id,
-                    |a| remote.remote_for(&a.key, &a.params, lt),
+                    |a| remote.remote_for(&a.key, &a.params, lt, sc.regions.len()),
                 );
                 self.queue(r, d, Some((g as u32, k as u32)), t, cost, p);
             }

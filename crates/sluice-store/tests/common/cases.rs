@@ -374,7 +374,7 @@ pub async fn shared_bucket_under_its_rate_keeps_counting(store: &dyn Store, p: &
         let key = format!("sl:{{{p}under}}:{name}");
         let region = format!("sl:{{{p}under}}:{name}-region");
         let mut shared = item(&key, params.clone());
-        shared.remote = Remote::shared_bucket(0);
+        shared.remote = Remote::shared_bucket(0, 1);
         for k in 1..=20u64 {
             let now = T0 + k * 111 * MILLI;
             let r = check(store, &call(now, 1, "r", vec![shared.clone()])).await;
@@ -387,6 +387,51 @@ pub async fn shared_bucket_under_its_rate_keeps_counting(store: &dyn Store, p: &
             .await;
             assert_eq!(r.outcomes[0].usage, 1, "{name} (region): take {k}");
         }
+    }
+}
+
+/// 3 regions each see a new global bucket (token bucket and GCRA, 1/s, burst 10; one store
+/// per region, here one key each): each admits ceil(10 / 3) = 4 at once, not 10, so the key
+/// new everywhere admits 12 in all, the burst plus the rounding. A region-scope bucket and a
+/// global one counted in one region start full. Refill then tops a region up to the whole
+/// burst: 10 s later each admits 10 at once.
+pub async fn new_global_bucket_in_3_regions(store: &dyn Store, p: &str) {
+    let rate = Rate::per_second(1);
+    for (name, params) in [
+        ("tb", tb(1, 10)),
+        ("gcra", Params::Gcra { rate, burst: 10 }),
+    ] {
+        // Unit requests at `now` until one is refused.
+        let at_once = |it: Item, now: Micros| async move {
+            let mut n = 0;
+            while n <= 20
+                && check(store, &call(now, 1, "r", vec![it.clone()]))
+                    .await
+                    .allowed
+            {
+                n += 1;
+            }
+            n
+        };
+        let mut total = 0;
+        for region in ["us", "eu", "ap"] {
+            let mut it = item(&format!("sl:{{{p}first-{region}}}:{name}"), params.clone());
+            it.remote = Remote::shared_bucket(0, 3);
+            let n = at_once(it.clone(), T0).await;
+            assert_eq!(n, 4, "{name} in {region}: its share of the burst");
+            total += n;
+            assert_eq!(
+                at_once(it, T0 + 10 * SECOND).await,
+                10,
+                "{name} in {region}: refilled"
+            );
+        }
+        assert_eq!(total, 12, "{name}");
+        let mut alone = item(&format!("sl:{{{p}first-one}}:{name}"), params.clone());
+        alone.remote = Remote::shared_bucket(0, 1);
+        assert_eq!(at_once(alone, T0).await, 10, "{name} in one region");
+        let regional = item(&format!("sl:{{{p}first-regional}}:{name}"), params.clone());
+        assert_eq!(at_once(regional, T0).await, 10, "{name}, region scope");
     }
 }
 
