@@ -189,14 +189,39 @@ impl Collected {
     /// record older than half `resend_after` is dropped first: a daemon's resend comes
     /// `resend_after` after its own shipment, which may precede the sender's by up to an
     /// interval, and must not be taken for a duplicate).
-    pub fn take(&mut self, now: Micros, resend_after: Micros) -> Vec<ShipEntry> {
+    ///
+    /// At most `max_bytes` of entries (as [`crate::ship::entry_bytes`] estimates them) are
+    /// taken, the highest figures first (ties by key and window, so a simulation replays);
+    /// the rest waits in the table for the next shipment, so a sender's shipment stays
+    /// within the interval's budget however many daemons collect to it ([`gather_budget`]).
+    pub fn take(&mut self, now: Micros, resend_after: Micros, max_bytes: usize) -> Vec<ShipEntry> {
         if now.saturating_sub(self.shipped_at) > resend_after / 2 {
             self.shipped = Default::default();
         }
         let shipped = &self.shipped;
-        std::mem::take(&mut self.figures)
+        let mut news: Vec<((String, Micros), u64)> = std::mem::take(&mut self.figures)
             .into_iter()
             .filter(|(k, c)| shipped.iter().all(|m| m.get(k).is_none_or(|s| c > s)))
+            .collect();
+        let all: usize = news
+            .iter()
+            .map(|((key, w), c)| crate::ship::entry_bytes(key, *w, *c))
+            .sum();
+        if all > max_bytes {
+            news.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            let mut used = 0;
+            let mut fits = 0;
+            for ((key, w), c) in &news {
+                let b = crate::ship::entry_bytes(key, *w, *c);
+                if used + b > max_bytes {
+                    break;
+                }
+                used += b;
+                fits += 1;
+            }
+            self.figures.extend(news.drain(fits..));
+        }
+        news.into_iter()
             .map(|((key, window_start), count)| ShipEntry {
                 key,
                 window_start,
@@ -223,6 +248,22 @@ pub fn merged(own: Vec<ShipEntry>, gathered: Vec<ShipEntry>) -> Vec<ShipEntry> {
             count,
         })
         .collect()
+}
+
+/// The entry bytes a daemon may take from its [`Collected`] this interval: what the budget
+/// leaves beside its own selection when it is the sender (both go across in one shipment),
+/// the whole budget otherwise (only the gathered figures go across). Without it a sender
+/// shipped its own budget's worth plus everything its daemons collected: up to a budget per
+/// daemon of its region, on the WAN, in one burst.
+pub fn gather_budget(sender: bool, own: &[ShipEntry], max_bytes: usize) -> usize {
+    if !sender {
+        return max_bytes;
+    }
+    let own: usize = own
+        .iter()
+        .map(|e| crate::ship::entry_bytes(&e.key, e.window_start, e.count))
+        .sum();
+    max_bytes.saturating_sub(own)
 }
 
 /// What a relaying daemon sends in one interval, split from its own selection and what its
@@ -375,6 +416,41 @@ mod tests {
     }
 
     #[test]
+    fn a_senders_shipment_stays_within_the_budget_and_the_rest_waits() {
+        let e = |key: &str, count| ShipEntry {
+            key: key.into(),
+            window_start: 0,
+            count,
+        };
+        let bytes = |es: &[ShipEntry]| -> usize {
+            es.iter()
+                .map(|e| crate::ship::entry_bytes(&e.key, e.window_start, e.count))
+                .sum()
+        };
+        let one = bytes(&[e("k1", 10)]);
+        let mut c = Collected::default();
+        for (k, n) in [("k1", 10), ("k2", 30), ("k3", 20), ("k4", 20)] {
+            assert!(c.add(k.into(), 0, n, 100));
+        }
+        // The sender's own selection takes one entry of a three-entry budget: two gathered
+        // ones go, the highest first (ties by key), the other two wait.
+        let own = [e("k9", 5)];
+        let room = gather_budget(true, &own, 3 * one);
+        assert_eq!(room, 2 * one);
+        assert_eq!(gather_budget(false, &own, 3 * one), 3 * one);
+        let got = c.take(0, 1000, room);
+        assert_eq!(got, vec![e("k2", 30), e("k3", 20)]);
+        assert!(bytes(&merged(own.to_vec(), got)) <= 3 * one);
+        assert!(!c.is_empty());
+        // Nothing fits: everything waits; then the rest goes.
+        assert!(c.take(0, 1000, 0).is_empty());
+        let mut rest = c.take(0, 1000, usize::MAX);
+        rest.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(rest, vec![e("k1", 10), e("k4", 20)]);
+        assert!(c.is_empty());
+    }
+
+    #[test]
     fn gathered_figures_keep_the_max_and_the_bound() {
         let mut c = Collected::default();
         assert!(c.add("k1".into(), 0, 5, 2));
@@ -393,17 +469,17 @@ mod tests {
         c.shipped(&[e("k1", 4)], 200);
         // An empty shipment keeps the record.
         c.shipped(&[], 300);
-        let got = c.take(300, 1000);
+        let got = c.take(300, 1000, usize::MAX);
         assert_eq!(got, vec![e("k1", 5)]);
         assert!(c.add("k2".into(), 0, 10, 2));
-        let got = [got, c.take(300, 1000)].concat();
+        let got = [got, c.take(300, 1000, usize::MAX)].concat();
         // Past `resend_after`, a resend at the shipped figure goes out again (repair).
         assert!(c.add("k9".into(), 0, 4, 2));
         c.shipped(&[e("k9", 4)], 400);
         assert!(c.add("k9".into(), 0, 4, 2));
-        assert!(c.take(500, 1000).is_empty());
+        assert!(c.take(500, 1000, usize::MAX).is_empty());
         assert!(c.add("k9".into(), 0, 4, 2));
-        assert_eq!(c.take(901, 1000), vec![e("k9", 4)]);
+        assert_eq!(c.take(901, 1000, usize::MAX), vec![e("k9", 4)]);
         assert!(c.is_empty());
         let own = vec![ShipEntry {
             key: "k1".into(),

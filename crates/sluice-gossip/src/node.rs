@@ -652,15 +652,23 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             }
         };
         inner.shipping.store(ships, Ordering::Relaxed);
-        let gathered = {
+        // What was gathered, within what the budget leaves beside `own` (the rest waits).
+        let gather = |own: &[ShipEntry]| {
             let mut c = inner.collected.lock().unwrap_or_else(|p| p.into_inner());
             if c.is_empty() {
-                Vec::new()
-            } else {
-                c.take(now, inner.cfg.budget.resend_after)
+                return Vec::new();
             }
+            let room =
+                relay_core::gather_budget(collect_to.is_none(), own, inner.cfg.budget.max_bytes);
+            c.take(now, inner.cfg.budget.resend_after, room)
         };
         if !ships || cross.is_empty() {
+            // What was gathered goes: there is nobody to ship it to.
+            let _ = inner
+                .collected
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(now, inner.cfg.budget.resend_after, usize::MAX);
             // Nobody to tell: keep the figures dirty rather than mark them shipped, but drop
             // those whose windows ended (a selection with no room defers everything).
             let prune = Budget {
@@ -680,6 +688,7 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .select(now, &inner.cfg.budget);
+        let gathered = gather(&batch.entries);
         // Not the sender: this daemon's selection goes to the region's sender; figures
         // gathered here anyway (another daemon's view elected this one) are shipped across as
         // the sender would, never dropped. The split is the core's, the simulator's too.

@@ -298,9 +298,18 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let local = self.clock(r, now);
         let collected = &mut self.regions[r].daemons[d].collected;
+        // Nobody to tell: everything gathered goes (below), as in the daemon.
+        let room = match routes.cross.is_empty() {
+            true => usize::MAX,
+            false => relay::gather_budget(
+                routes.collect_to.is_none(),
+                &batch.entries,
+                sc.gossip.budget.max_bytes,
+            ),
+        };
         let gathered = match collected.is_empty() {
             true => Vec::new(),
-            false => collected.take(local, sc.gossip.budget.resend_after),
+            false => collected.take(local, sc.gossip.budget.resend_after, room),
         };
         if routes.cross.is_empty() {
             // Nobody to tell: the selection was a prune, and what was gathered goes.
