@@ -7,7 +7,10 @@ and an SVG plot of overshoot against regions. The figures of docs/accuracy.md ("
 regions").
 
     cargo build --release -p sluice-sim
-    python3 simulations/regions-sweep.py [REGIONS,..] [SEEDS,..] [--svg PATH]
+    python3 simulations/regions-sweep.py [REGIONS,..] [SEEDS,..] [--svg PATH] [--set KEY=VALUE]..
+
+`--set` passes a scenario setting to every run (`--set shippers=region_sender`: one sender per
+region, the daemon's default, instead of the simulator's every_daemon).
 
 The added regions are r3, r4, ...; each scenario's traffic keeps its total rate (a client
 spread over all regions takes less in each), its events name the same regions, and the
@@ -68,7 +71,7 @@ def run(name, n, seed):
                 '--seed', str(seed), '--out', out,
                 '--set', f'regions={toml_list(regions(n))}',
                 '--set', f'duration_s={DURATION_S}', '--set', f'measure.warmup_s={WARMUP_S}',
-                '--set', 'busy_on=seen_share'] + SCENARIOS[name](n)
+                '--set', 'busy_on=seen_share'] + EXTRA + SCENARIOS[name](n)
         p = subprocess.run(args, capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f'{name} at {n} regions: {p.stderr.strip()[:400]}')
@@ -167,7 +170,8 @@ def svg(rows, ns):
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
          f'<rect width="{W}" height="{H}" fill="white"/>',
          '<text x="50" y="20" font-size="13">Overshoot (admitted ÷ limit per window) against regions, '
-         f'busy_on = seen_share, 1 s interval, {DURATION_S} s per run</text>']
+         f'busy_on = seen_share, 1 s interval, {DURATION_S} s per run'
+         + ''.join(f', {x}' for x in EXTRA[1::2]) + '</text>']
     labels = list(dict.fromkeys(f"{r['scenario']} / {r['rule']}" for r in rows))
     colours = {l: COLOURS[i % len(COLOURS)] for i, l in enumerate(labels)}
     steady = [r for r in rows if r['scenario'] != 'partition']
@@ -190,9 +194,16 @@ def svg(rows, ns):
     return '\n'.join(o) + '\n'
 
 
+EXTRA = []
+
+
 def main():
     args = [a for a in sys.argv[1:]]
     path = os.path.join(HERE, '..', 'docs', 'img', 'overshoot-vs-regions.svg')
+    while '--set' in args:
+        i = args.index('--set')
+        EXTRA.extend(['--set', args[i + 1]])
+        del args[i:i + 2]
     if '--svg' in args:
         i = args.index('--svg')
         path = args[i + 1]
