@@ -139,6 +139,13 @@ ALTER TABLE sluice_history ADD CONSTRAINT sluice_history_kind_check
     CHECK (kind IN ('rule', 'override', 'domain'));
 "#,
     ),
+    (
+        4,
+        "what each rule does on each daemon (enforce_on canaries)",
+        r#"
+ALTER TABLE sluice_daemons ADD COLUMN rules jsonb;
+"#,
+    ),
 ];
 
 /// A PostgreSQL failure, split by what the caller should do about it.

@@ -45,6 +45,7 @@ pub struct Published {
     current: ArcSwap<RuleSet>,
     changed: watch::Sender<u64>,
     refused: std::sync::atomic::AtomicU64,
+    daemon: std::sync::OnceLock<Arc<str>>,
 }
 
 impl Published {
@@ -55,7 +56,29 @@ impl Published {
             current: ArcSwap::from_pointee(initial),
             changed,
             refused: std::sync::atomic::AtomicU64::new(0),
+            daemon: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Serves every set from now on as the daemon `daemon_id` runs it
+    /// ([`RuleSet::for_daemon`]: rules whose `enforce_on` leaves it out shadow here), the
+    /// current one included. Called once, before the source's task publishes: the daemon
+    /// knows its id, the sources and the core do not read it. A second call is ignored (a
+    /// daemon's id does not change while it runs).
+    pub fn serve_as(&self, daemon_id: &str) {
+        if self.daemon.set(Arc::from(daemon_id)).is_err() {
+            return;
+        }
+        let cur = self.load();
+        self.publish(RuleSet {
+            version: cur.version,
+            domains: cur.domains.clone(),
+        });
+    }
+
+    /// The daemon id sets are served as ([`Published::serve_as`]), if any.
+    pub fn daemon(&self) -> Option<&str> {
+        self.daemon.get().map(|d| &**d)
     }
 
     /// The current set (a cheap, lock-free load).
@@ -63,8 +86,13 @@ impl Published {
         self.current.load_full()
     }
 
-    /// Swaps in a new set atomically and wakes watchers.
+    /// Swaps in a new set atomically and wakes watchers; as this daemon runs it, once
+    /// [`Published::serve_as`] named it.
     pub fn publish(&self, set: RuleSet) {
+        let set = match self.daemon.get() {
+            Some(d) => set.for_daemon(d),
+            None => set,
+        };
         let v = set.version;
         self.current.store(Arc::new(set));
         self.changed.send_replace(v);
@@ -91,4 +119,25 @@ impl Published {
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
+}
+
+/// What each rule does on the daemon serving `set` (a set [`Published`] served as that
+/// daemon): `[{domain, rule, mode, canary_shadowed}]`, `mode` the one it runs in here and
+/// `canary_shadowed` when its `enforce_on` is what left it in shadow. The daemon's status
+/// (`GET /v1/rules:status`, the report to PostgreSQL) carries it, so an operator raising a
+/// canary sees which daemons enforce.
+pub fn placements_json(set: &RuleSet) -> serde_json::Value {
+    serde_json::Value::Array(
+        set.placements()
+            .into_iter()
+            .map(|p| {
+                serde_json::json!({
+                    "domain": p.domain,
+                    "rule": &*p.rule,
+                    "mode": p.mode.name(),
+                    "canary_shadowed": p.canary_shadowed,
+                })
+            })
+            .collect(),
+    )
 }

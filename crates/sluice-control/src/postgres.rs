@@ -451,8 +451,8 @@ impl PgSource {
     async fn report(&self, c: &Client) -> Result<(), DbError> {
         c.execute(
             "INSERT INTO sluice_daemons
-                 (daemon_id, region, version, source, started_at, loaded_at, last_seen, last_error)
-             VALUES ($1, $2, $3, $4, to_timestamp($5), now(), now(), $6)
+                 (daemon_id, region, version, source, started_at, loaded_at, last_seen, last_error, rules)
+             VALUES ($1, $2, $3, $4, to_timestamp($5), now(), now(), $6, $7)
              ON CONFLICT (daemon_id) DO UPDATE SET
                  region = EXCLUDED.region,
                  version = EXCLUDED.version,
@@ -461,7 +461,8 @@ impl PgSource {
                  loaded_at = CASE WHEN sluice_daemons.version = EXCLUDED.version
                                   THEN sluice_daemons.loaded_at ELSE now() END,
                  last_seen = now(),
-                 last_error = EXCLUDED.last_error",
+                 last_error = EXCLUDED.last_error,
+                 rules = EXCLUDED.rules",
             &[
                 &self.cfg.daemon_id,
                 &self.cfg.region,
@@ -469,6 +470,7 @@ impl PgSource {
                 &self.origin.as_str(),
                 &self.started_at,
                 &self.last_error,
+                &crate::placements_json(&self.published.load()),
             ],
         )
         .await?;

@@ -184,6 +184,10 @@ pub struct DaemonStatus {
     pub current: bool,
     /// The last problem it reported (e.g. a set it refused), if any.
     pub last_error: Option<String>,
+    /// What each rule does on it, as of its last report: `[{domain, rule, mode,
+    /// canary_shadowed}]` ([`crate::placements_json`]), so a canary's progress (`enforce_on`)
+    /// is visible daemon by daemon. Empty for a daemon of a release that does not report it.
+    pub rules: Value,
 }
 
 /// The answer to `GET /v1/rules:status`.
@@ -360,7 +364,7 @@ impl Store {
             );
             let sql = format!(
                 "SELECT daemon_id, region, version, source, to_char(last_seen AT TIME ZONE 'UTC', {TS}),
-                        extract(epoch FROM now() - last_seen)::float8, last_error
+                        extract(epoch FROM now() - last_seen)::float8, last_error, rules
                  FROM sluice_daemons ORDER BY region, daemon_id"
             );
             let daemons = c
@@ -378,6 +382,9 @@ impl Store {
                         age_s: r.get(5),
                         current: v == version,
                         last_error: r.get(6),
+                        rules: r
+                            .get::<_, Option<Value>>(7)
+                            .unwrap_or_else(|| Value::Array(Vec::new())),
                     }
                 })
                 .collect();

@@ -150,7 +150,7 @@ async fn migrations_are_idempotent_under_concurrency() -> Result<()> {
     for t in tasks {
         applied += t.await??.applied.len();
     }
-    assert_eq!(applied, 3, "migrations 1 to 3 applied exactly once");
+    assert_eq!(applied, 4, "migrations 1 to 4 applied exactly once");
     let again = Store::new(&pg.url())?.migrate().await?;
     assert!(again.applied.is_empty());
     assert_eq!(again.schema_version, again.known);

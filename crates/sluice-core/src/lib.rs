@@ -14,6 +14,7 @@
 //! - [`guard`]: around each store call: send or not, what its ending counts as, when local
 //!   buckets are dropped, what a failed call answers and what goes to the quota journal.
 //! - [`rules`]: the rule format, validation, and the in-memory rule set.
+//! - [`canary`]: which daemons enforce a rule (`enforce_on`) and which only shadow it.
 //! - [`matching`]: descriptors to the rules that apply, with overrides and rollout.
 //! - [`decision`]: outcomes to a decision; HTTP headers and the 429 body.
 //! - [`merge`]: other regions' counts for global rules (max per region and window) and the
@@ -29,6 +30,7 @@
 pub mod algo;
 pub mod batch;
 pub mod breaker;
+pub mod canary;
 pub mod decision;
 pub mod edge;
 pub mod guard;

@@ -67,6 +67,8 @@ fn field() -> impl Strategy<Value = String> {
         Just("on_store_failure"),
         Just("scope"),
         Just("rollout_pct"),
+        Just("enforce_on"),
+        Just("daemons"),
         Just("headers"),
         Just("charge_rejected"),
         Just("share_threshold"),

@@ -29,6 +29,17 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// A share of daemons: `10` or `10%`, 0 to 100.
+fn parse_pct(s: &str) -> Result<u8, String> {
+    let n = s.trim().strip_suffix('%').unwrap_or(s.trim());
+    match n.trim().parse::<u8>() {
+        Ok(p) if p <= 100 => Ok(p),
+        _ => Err(format!(
+            "expected a share from 0 to 100 (10 or 10%), got {s:?}"
+        )),
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// Aligned tables and YAML.
@@ -93,6 +104,20 @@ pub enum Command {
     Off {
         /// Rule id.
         id: String,
+        /// Domain (needed when the id exists in several).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Enforce a rule on N% of the daemons and shadow it on the others (its `enforce_on`),
+    /// raised step by step: a bad change refuses traffic on that share only, and the other
+    /// daemons' would-refusals show what enforcing everywhere will do. An ordinary rule
+    /// write: versions, history and approval apply.
+    Canary {
+        /// Rule id.
+        id: String,
+        /// The share of daemons that enforce: 0 to 100 (`10` or `10%`); 100 is everywhere.
+        #[arg(value_parser = parse_pct)]
+        pct: u8,
         /// Domain (needed when the id exists in several).
         #[arg(long)]
         domain: Option<String>,

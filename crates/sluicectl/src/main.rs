@@ -64,6 +64,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Shadow { id, domain } => rules::mode(&ctx, &id, &domain, "shadow")?,
         Command::Enforce { id, domain } => rules::mode(&ctx, &id, &domain, "enforce")?,
         Command::Off { id, domain } => rules::mode(&ctx, &id, &domain, "off")?,
+        Command::Canary { id, pct, domain } => rules::canary(&ctx, &id, pct, domain)?,
         Command::ShadowAll { domain } => rules::shadow_all(&ctx, domain)?,
         Command::Rollback { to, dry_run, force } => rules::rollback(&ctx, to, dry_run, force)?,
         Command::Status => versions::status(&ctx)?,

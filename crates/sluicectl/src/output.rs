@@ -51,6 +51,7 @@ const RULE_ORDER: &[&str] = &[
     "on_store_failure",
     "scope",
     "rollout_pct",
+    "enforce_on",
     "headers",
     "charge_rejected",
     "share_threshold",

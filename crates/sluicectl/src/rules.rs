@@ -1,5 +1,6 @@
 //! The rule commands: `apply` a rules file, `get` rules, `delete` one, set one's mode
-//! (`shadow`, `enforce`, `off`), the `shadow-all` kill switch and `rollback`.
+//! (`shadow`, `enforce`, `off`), its daemon canary (`canary`), the `shadow-all` kill switch
+//! and `rollback`.
 
 use crate::cli::Format;
 use crate::client::encode;
@@ -183,6 +184,35 @@ pub fn mode(ctx: &Ctx, id: &str, domain: &Option<String>, action: &str) -> Resul
         None,
     )?;
     ctx.print_write(&v);
+    Ok(())
+}
+
+/// `canary`: sets one rule's `enforce_on` to `{daemons: N%}` with an ordinary rule write
+/// (`PUT /v1/rules/{id}`): the rule as the API has it, that one field changed, so the write
+/// goes through validation, versions, history and approval like any other.
+pub fn canary(ctx: &Ctx, id: &str, pct: u8, domain: Option<String>) -> Result<()> {
+    let cur = ctx.call(
+        "GET",
+        &format!("/v1/rules/{}{}", encode(id), domain_query(&domain)),
+        None,
+    )?;
+    let mut rule = cur["rule"].clone();
+    let Some(obj) = rule.as_object_mut() else {
+        bail!("the server answered no rule for {id:?}");
+    };
+    obj.insert("enforce_on".into(), json!({"daemons": format!("{pct}%")}));
+    let domain = cur["domain"].as_str().map(str::to_string).or(domain);
+    let v = ctx.call(
+        "PUT",
+        &format!("/v1/rules/{}{}", encode(id), domain_query(&domain)),
+        Some(&rule),
+    )?;
+    ctx.print_write(&v);
+    if ctx.format == Format::Table && v["changed"].as_bool() == Some(true) {
+        println!(
+            "{id} now enforces on {pct}% of the daemons and shadows on the others; see which with: sluicectl status"
+        );
+    }
     Ok(())
 }
 

@@ -31,6 +31,7 @@ pub fn status(ctx: &Ctx) -> Result<()> {
                     "NO"
                 }
                 .into(),
+                shadowed_here(&d["rules"]),
                 d["last_error"].as_str().unwrap_or("").to_string(),
             ]
         })
@@ -45,6 +46,7 @@ pub fn status(ctx: &Ctx) -> Result<()> {
                 "SOURCE",
                 "LAST SEEN",
                 "CURRENT",
+                "CANARY SHADOWS",
                 "ERROR"
             ],
             &rows
@@ -58,7 +60,33 @@ pub fn status(ctx: &Ctx) -> Result<()> {
         "version {version}: {current} of {} daemons current",
         daemons.len()
     );
+    let me = &v["this_daemon"];
+    if me.is_object() {
+        let shadows = shadowed_here(&me["rules"]);
+        println!(
+            "this daemon ({}): {}",
+            output::short(&me["daemon_id"]),
+            if shadows.is_empty() {
+                "enforces every enforcing rule".to_string()
+            } else {
+                format!("shadows {shadows} (enforce_on leaves it out)")
+            }
+        );
+    }
     Ok(())
+}
+
+/// The rules a daemon only shadows because their `enforce_on` leaves it out, comma
+/// separated: where a canary has not reached yet.
+fn shadowed_here(rules: &serde_json::Value) -> String {
+    rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["canary_shadowed"].as_bool() == Some(true))
+        .map(|r| output::short(&r["rule"]))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `history`: every version of one rule, or the latest changes of everything.

@@ -499,7 +499,7 @@ fn migrate_is_idempotent_and_check_sends_one_check() -> Result<()> {
     let out = ctl_ok(unused, &["migrate", "--postgres", &pg.url()])?;
     assert!(out.contains("applied migration 1"), "{out}");
     let out = ctl_ok(unused, &["migrate", "--postgres", &pg.url()])?;
-    assert!(out.contains("schema up to date (version 3)"), "{out}");
+    assert!(out.contains("schema up to date (version 4)"), "{out}");
 
     let dir = temp_dir("check")?;
     let d = spawn(&Opts {
@@ -575,5 +575,136 @@ fn without_a_token_the_daemon_refuses_a_public_admin_address() -> Result<()> {
         "{}",
         d.logs()
     );
+    Ok(())
+}
+
+/// The status a daemon last reported for `rule`: `(version, mode, canary_shadowed)`.
+fn reported(admin: SocketAddr, daemon: &str, rule: &str) -> Result<(u64, String, bool)> {
+    let st = ctl_json(admin, &["status"])?;
+    let d = st["daemons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["daemon_id"] == daemon)
+        .ok_or_else(|| format!("no {daemon} in {st}"))?;
+    let r = d["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["rule"] == rule)
+        .ok_or_else(|| format!("no {rule} reported by {daemon}: {st}"))?;
+    Ok((
+        d["version"].as_u64().unwrap_or(0),
+        r["mode"].as_str().unwrap_or("").to_string(),
+        r["canary_shadowed"] == true,
+    ))
+}
+
+/// Polls until `daemon` reports `version` (its report follows each change it loads).
+fn reported_at(
+    admin: SocketAddr,
+    daemon: &str,
+    rule: &str,
+    version: u64,
+) -> Result<(String, bool)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok((v, mode, shadowed)) = reported(admin, daemon, rule)
+            && v >= version
+        {
+            return Ok((mode, shadowed));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{daemon} never reported version {version}").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn canary_enforces_on_a_share_of_the_daemons_and_status_shows_which() -> Result<()> {
+    // Two daemon ids on either side of 50% for `login`, by the core's own function.
+    let ids: Vec<String> = (0..64).map(|i| format!("canary-{i}")).collect();
+    let inside = ids
+        .iter()
+        .find(|d| sluice_core::canary::enforces("login", d, 50))
+        .ok_or("a daemon inside 50%")?;
+    let outside = ids
+        .iter()
+        .find(|d| !sluice_core::canary::enforces("login", d, 50))
+        .ok_or("a daemon outside 50%")?;
+    let pg = Postgres::throwaway()?;
+    let dir = temp_dir("canary")?;
+    let opts = |id: &str| Opts {
+        id: "",
+        url: pg.url(),
+        listen_url: None,
+        poll_s: 1,
+        cache: dir.join(format!("{id}.json")),
+    };
+    let a = spawn(&Opts {
+        id: inside,
+        ..opts(inside)
+    })?;
+    let b = spawn(&Opts {
+        id: outside,
+        ..opts(outside)
+    })?;
+    let file = write_rules(&dir, "rules.yaml", &RULES.replace("limit: 100", "limit: 3"))?;
+    ctl_ok(a.admin, &["apply", "-f", &file, "--force"])?;
+
+    // An ordinary rule write: a new version, in the rule's history.
+    let out = ctl_ok(a.admin, &["canary", "login", "50%"])?;
+    assert!(out.contains("version 2 (was 1)"), "{out}");
+    assert!(out.contains("50% of the daemons"), "{out}");
+    let got = ctl_json(a.admin, &["get", "login"])?;
+    assert_eq!(
+        got["rule"]["enforce_on"],
+        json!({"daemons": "50%"}),
+        "{got}"
+    );
+    assert!(ctl_ok(a.admin, &["history", "login"])?.contains("put"));
+    wait_all(&[a.http, b.http], 2, Duration::from_secs(60))?;
+
+    // The daemon inside refuses over the limit; the one outside only shadows.
+    assert_eq!(logins_allowed(a.http, "9.9.9.9", 5)?, 3);
+    assert_eq!(logins_allowed(b.http, "9.9.9.9", 5)?, 5);
+    let v = check(b.http, json!({"route": "POST /v1/login", "ip": "9.9.9.9"}))?;
+    assert_eq!(v["shadow_denied"], json!(["login"]), "{v}");
+    assert_eq!(
+        reported_at(a.admin, inside, "login", 2)?,
+        ("enforce".into(), false)
+    );
+    assert_eq!(
+        reported_at(a.admin, outside, "login", 2)?,
+        ("shadow".into(), true)
+    );
+    let table = ctl_ok(a.admin, &["status"])?;
+    let row = |id: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(row(outside).contains("login"), "{table}");
+    assert!(!row(inside).contains("login"), "{table}");
+    assert!(
+        table.contains(&format!("this daemon ({inside}): enforces")),
+        "{table}"
+    );
+
+    // Raised to 100%: both refuse, nobody shadows it.
+    ctl_ok(a.admin, &["canary", "login", "100"])?;
+    wait_all(&[a.http, b.http], 3, Duration::from_secs(60))?;
+    assert_eq!(logins_allowed(a.http, "6.6.6.6", 5)?, 3);
+    assert_eq!(logins_allowed(b.http, "6.6.6.6", 5)?, 3);
+    assert_eq!(
+        reported_at(a.admin, outside, "login", 3)?,
+        ("enforce".into(), false)
+    );
+    let (ok, _, err) = ctl(a.admin, &["canary", "login", "101"])?;
+    assert!(!ok && err.contains("0 to 100"), "{err}");
+    drop((a.daemon, b.daemon));
     Ok(())
 }

@@ -96,6 +96,7 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
         let set = sluice_control::file::load(&cfg.rules)?;
         tracing::info!(rules = set.rule_count(), domains = set.domains.len(), path = %cfg.rules.display(), "rules loaded");
         let published = Published::new(set);
+        published.serve_as(&cfg.daemon_id());
         let task = tokio::spawn(sluice_control::file::watch(
             cfg.rules.clone(),
             published.clone(),
@@ -127,6 +128,7 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
         "rules loaded from the control plane"
     );
     let published = source.published();
+    published.serve_as(&cfg.daemon_id());
     let task = source.spawn(stop);
     let store = Arc::new(Store::new(url)?.with_pending_ttl(Duration::from_secs(cfg.pending_ttl_s)));
     Ok(Rules {
@@ -157,7 +159,7 @@ pub fn spawn_admin(
         }
     };
     let state = match &rules.store {
-        Some(store) => AdminState::postgres(store.clone(), auth),
+        Some(store) => AdminState::postgres_serving(store.clone(), auth, rules.published.clone()),
         None => AdminState::read_only(rules.published.clone(), auth),
     };
     let bounds = BodyLimits {
@@ -181,6 +183,35 @@ pub fn spawn_admin(
         stop,
         None,
     ))
+}
+
+/// `sluice_rule_enforced{domain, rule}`: 1 where this daemon enforces the rule, 0 where it
+/// only shadows it (`mode: shadow`, or an `enforce_on` canary that leaves this daemon out) or
+/// it is off. Summed over the fleet it is how far a canary has gone; next to
+/// `sluice_decisions_total{outcome="shadow_denied"}` it says which daemons' would-refusals
+/// are the preview of enforcing.
+pub struct RuleEnforced(pub Arc<Published>);
+
+impl std::fmt::Debug for RuleEnforced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RuleEnforced").finish_non_exhaustive()
+    }
+}
+
+impl crate::metrics::Exporter for RuleEnforced {
+    fn render(&self, out: &mut String) {
+        let name = "sluice_rule_enforced";
+        sluice_metrics::header(
+            out,
+            name,
+            "1 where this daemon enforces the rule, 0 where it shadows it (mode: shadow, or enforce_on leaves this daemon out) or it is off.",
+            sluice_metrics::Kind::Gauge,
+        );
+        for p in self.0.load().placements() {
+            let on = u8::from(p.mode == sluice_core::rules::Mode::Enforce);
+            sluice_metrics::sample(out, name, &[("domain", &p.domain), ("rule", &p.rule)], on);
+        }
+    }
 }
 
 /// `sluice_rules_refused_total`: rule sets validation refused, from the rules file or from

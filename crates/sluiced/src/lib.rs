@@ -120,6 +120,7 @@ pub async fn run(
     let guard = Arc::new(limits::Guard::new(cfg.limits.clone()));
     metrics.add_exporter(guard.clone());
     metrics.add_exporter(Arc::new(control::RulesRefused(published.clone())));
+    metrics.add_exporter(Arc::new(control::RuleEnforced(published.clone())));
     let mut engine = Engine::new(
         published.clone(),
         store,

@@ -117,6 +117,9 @@ pub struct AdminState {
 struct Inner {
     store: Option<Arc<Store>>,
     published: Option<Arc<Published>>,
+    /// The set the daemon serving this API runs (over PostgreSQL too), for its own entry
+    /// in `GET /v1/rules:status`.
+    serving: Option<Arc<Published>>,
     auth: AdminConfig,
 }
 
@@ -127,6 +130,25 @@ impl AdminState {
             inner: Arc::new(Inner {
                 store: Some(store),
                 published: None,
+                serving: None,
+                auth,
+            }),
+        }
+    }
+
+    /// [`AdminState::postgres`] on a daemon serving `served`: `GET /v1/rules:status` also
+    /// says what each rule does on this very daemon (enforced, or shadowed by its
+    /// `enforce_on`), current to the second rather than to its last report.
+    pub fn postgres_serving(
+        store: Arc<Store>,
+        auth: AdminConfig,
+        served: Arc<Published>,
+    ) -> AdminState {
+        AdminState {
+            inner: Arc::new(Inner {
+                store: Some(store),
+                published: None,
+                serving: Some(served),
                 auth,
             }),
         }
@@ -138,7 +160,8 @@ impl AdminState {
         AdminState {
             inner: Arc::new(Inner {
                 store: None,
-                published: Some(published),
+                published: Some(published.clone()),
+                serving: Some(published),
                 auth,
             }),
         }
@@ -153,6 +176,18 @@ impl AdminState {
                  when it changes), or run the daemons with --postgres to manage rules here",
             )
         })
+    }
+
+    /// This daemon's own entry for `GET /v1/rules:status`: its id and what each rule does
+    /// here ([`crate::placements_json`]).
+    fn this_daemon(&self) -> Option<serde_json::Value> {
+        let p = self.inner.serving.as_ref()?;
+        let set = p.load();
+        Some(serde_json::json!({
+            "daemon_id": p.daemon(),
+            "version": set.version,
+            "rules": crate::placements_json(&set),
+        }))
     }
 
     async fn current(&self) -> Result<(u64, State), ApiError> {

@@ -66,11 +66,19 @@ pub(super) async fn status(AxState(st): AxState<AdminState>) -> ApiResult {
     match &st.inner.store {
         Some(store) => {
             let s = store.status().await?;
-            ok(serde_json::to_value(s).map_err(|e| ApiError::internal(&e.to_string()))?)
+            let mut v = serde_json::to_value(s).map_err(|e| ApiError::internal(&e.to_string()))?;
+            if let (Some(me), Some(m)) = (st.this_daemon(), v.as_object_mut()) {
+                m.insert("this_daemon".into(), me);
+            }
+            ok(v)
         }
         None => {
             let (version, _) = st.current().await?;
-            ok(json!({"version": version, "daemons": [], "source": "file"}))
+            let mut v = json!({"version": version, "daemons": [], "source": "file"});
+            if let (Some(me), Some(m)) = (st.this_daemon(), v.as_object_mut()) {
+                m.insert("this_daemon".into(), me);
+            }
+            ok(v)
         }
     }
 }

@@ -42,6 +42,18 @@ pub enum Mode {
     Off,
 }
 
+impl Mode {
+    /// The name in the rule format (`enforce`, `shadow`, `off`): how status and metrics
+    /// show the mode a rule runs in.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+            Mode::Off => "off",
+        }
+    }
+}
+
 /// What a rule does when its store cannot answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FailureMode {
@@ -94,6 +106,14 @@ pub struct Rule {
     pub scope: Scope,
     /// Applies to identities whose stable hash falls in the first N percent.
     pub rollout_pct: u8,
+    /// The daemons that enforce it (`enforce_on`; `None`: every daemon): the others run it as
+    /// shadow, so a changed rule's mistakes refuse traffic on a share of the fleet only
+    /// ([`crate::canary`]).
+    pub enforce_on: Option<crate::canary::EnforceOn>,
+    /// Set by [`RuleSet::for_daemon`] on a rule written to enforce that this daemon's
+    /// `enforce_on` turned to shadow (`mode` is then `Shadow`): what the daemon's status and
+    /// metrics report as "shadowed here".
+    pub canary_shadowed: bool,
     /// What the client is told.
     pub headers: HeaderMode,
     /// A short human sentence naming the limit ("Login attempts per account"), for the

@@ -6,6 +6,7 @@ use super::cost::cost;
 use super::matchers::{KeyField, key_field, match_value};
 use super::{FailureMode, Fields, HeaderMode, Mode, Problem, Rule, Scope};
 use crate::algo::{Calendar, CalendarUnit, Kind, MAX_LIMIT, MAX_LOG_LIMIT, Params, Rate, Window};
+use crate::canary::EnforceOn;
 use crate::time::{MILLI, SECOND, Span};
 use serde_json::Value;
 use std::sync::Arc;
@@ -165,6 +166,8 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
             100
         }
     };
+    let enforce_on_v = f.take("enforce_on");
+    let enforce_on = enforce_on_v.and_then(|v| enforce_on(&mut f, v));
     let headers = f.choice(
         "headers",
         HeaderMode::Full,
@@ -262,6 +265,8 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         on_store_failure,
         scope,
         rollout_pct,
+        enforce_on,
+        canary_shadowed: false,
         headers,
         title: title.map(|t| Arc::from(t.as_str())),
         charge_rejected,
@@ -269,6 +274,85 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         hot_keys: hot_keys?,
         source: v.clone(),
     })
+}
+
+/// A rule's `enforce_on`: `{daemons: N%}` (0% to 100%) or `{daemons: [id, ...]}` (non-empty
+/// ids, none twice); anything else is refused under the field `enforce_on`.
+fn enforce_on(f: &mut Fields<'_>, v: &Value) -> Option<EnforceOn> {
+    const FIELD: &str = "enforce_on";
+    let Some(obj) = v.as_object() else {
+        f.bad(
+            FIELD,
+            format!(
+                "expected a mapping like {{daemons: 10%}} or {{daemons: [eu-1, us-2]}}, got {v}"
+            ),
+        );
+        return None;
+    };
+    for k in obj.keys().filter(|k| k.as_str() != "daemons") {
+        f.bad(FIELD, format!("unknown key {k:?}; expected daemons"));
+    }
+    let share = "expected a share like 10% (0% to 100%) or a list of daemon ids";
+    match obj.get("daemons") {
+        None | Some(Value::Null) => {
+            f.bad(
+                FIELD,
+                "daemons is required (a share like 10%, or a list of daemon ids)",
+            );
+            None
+        }
+        Some(Value::String(s)) => {
+            let Some(n) = s
+                .trim()
+                .strip_suffix('%')
+                .and_then(|n| n.trim().parse::<u64>().ok())
+            else {
+                f.bad(FIELD, format!("daemons: {share}, got {s:?}"));
+                return None;
+            };
+            if n > 100 {
+                f.bad(FIELD, format!("daemons: a share from 0% to 100%, got {n}%"));
+                return None;
+            }
+            Some(EnforceOn::Percent(n as u8))
+        }
+        Some(Value::Array(items)) => {
+            if items.is_empty() {
+                f.bad(
+                    FIELD,
+                    "daemons: list at least one daemon id (0% enforces nowhere)",
+                );
+                return None;
+            }
+            let mut ids: Vec<Arc<str>> = Vec::with_capacity(items.len());
+            let mut ok = true;
+            for it in items {
+                match it.as_str() {
+                    Some(s) if s.trim().is_empty() => {
+                        f.bad(FIELD, "daemons: a daemon id must not be empty");
+                        ok = false;
+                    }
+                    Some(s) if ids.iter().any(|d| &**d == s) => {
+                        f.bad(FIELD, format!("daemons: {s:?} appears twice"));
+                        ok = false;
+                    }
+                    Some(s) => ids.push(Arc::from(s)),
+                    None => {
+                        f.bad(
+                            FIELD,
+                            format!("daemons: {it} is not a daemon id (a string)"),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+            ok.then_some(EnforceOn::Daemons(ids))
+        }
+        Some(other) => {
+            f.bad(FIELD, format!("daemons: {share}, got {other}"));
+            None
+        }
+    }
 }
 
 /// The longest `title`, in characters: a sentence, not a paragraph.

@@ -166,6 +166,8 @@ impl RateLimitService {
             on_store_failure: FailureMode::Local,
             scope: Scope::Region,
             rollout_pct: 100,
+            enforce_on: None,
+            canary_shadowed: false,
             headers: HeaderMode::Full,
             charge_rejected: false,
             share_threshold_pct: 10,
