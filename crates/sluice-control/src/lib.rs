@@ -141,3 +141,49 @@ pub fn placements_json(set: &RuleSet) -> serde_json::Value {
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::rules::{Mode, parse_yaml};
+
+    const RULES: &str = "domain: d\nrules:\n  - { id: r, key: [k], algorithm: fixed_window, limit: 1, window: 1m, enforce_on: { daemons: [eu-1] } }\n";
+
+    fn mode(p: &Published) -> Mode {
+        p.load().domains["d"].rules[0].mode
+    }
+
+    #[test]
+    fn a_set_is_served_as_the_daemon_runs_it_from_serve_as_on() {
+        let p = Published::new(parse_yaml(RULES).expect("valid"));
+        assert_eq!(
+            mode(&p),
+            Mode::Enforce,
+            "before the daemon names itself: as written"
+        );
+        p.serve_as("eu-2");
+        assert_eq!(p.daemon(), Some("eu-2"));
+        assert_eq!(
+            mode(&p),
+            Mode::Shadow,
+            "the current set is served as eu-2 runs it"
+        );
+        let mut next = parse_yaml(RULES).expect("valid");
+        next.version = 7;
+        p.publish(next);
+        assert_eq!(
+            (p.version(), mode(&p)),
+            (7, Mode::Shadow),
+            "and every set after"
+        );
+        p.serve_as("eu-1");
+        assert_eq!(
+            p.daemon(),
+            Some("eu-2"),
+            "a daemon's id does not change while it runs"
+        );
+        let placed = placements_json(&p.load());
+        assert_eq!(placed[0]["mode"], "shadow");
+        assert_eq!(placed[0]["canary_shadowed"], true);
+    }
+}
