@@ -227,7 +227,10 @@ fn nine_daemons_hold_a_global_limit_with_one_sender_per_region() {
     let takeover = killed_at.elapsed();
     // It did not wait for the membership to call eu-1 dead (sluice_core::liveness).
     let listed = metric(eu2, "sluice_gossip_live_nodes");
-    assert_eq!(listed, 9.0, "eu-2 sent only once its membership dropped eu-1");
+    assert_eq!(
+        listed, 9.0,
+        "eu-2 sent only once its membership dropped eu-1"
+    );
     assert_eq!(metric(eu2, "sluice_gossip_sender_takeovers_total"), 1.0);
 
     std::thread::sleep(Duration::from_millis(
