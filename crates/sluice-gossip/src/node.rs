@@ -535,14 +535,7 @@ fn electable(inner: &Inner, now: Micros) -> Vec<Member> {
         None => liveness::stale_after(ship),
     };
     let mut live = members(&inner.live.borrow());
-    let mut ms: Vec<relay_core::Member<'_>> = live
-        .iter()
-        .map(|m| relay_core::Member {
-            node_id: &m.node_id,
-            region: &m.region,
-            relays: m.relays,
-        })
-        .collect();
+    let mut ms = relay::core_members(&live);
     inner
         .watch
         .lock()

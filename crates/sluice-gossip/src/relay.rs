@@ -12,6 +12,17 @@ use crate::node::{Config, Member, Shippers};
 use sluice_core::relay::{self, Hop};
 use std::net::SocketAddr;
 
+/// The live members as the core's election takes them (borrowed, in the same order).
+pub(crate) fn core_members(live: &[Member]) -> Vec<relay::Member<'_>> {
+    live.iter()
+        .map(|m| relay::Member {
+            node_id: &m.node_id,
+            region: &m.region,
+            relays: m.relays,
+        })
+        .collect()
+}
+
 /// Who gets this daemon's figures, and whether it ships at all.
 pub(crate) fn targets(cfg: &Config, live: &[Member]) -> (bool, Vec<SocketAddr>) {
     let ships = match cfg.shippers {
@@ -48,14 +59,7 @@ pub(crate) struct Routes {
 /// The routes of daemon `me` of `region`, from the live members (it may be missing from
 /// them while the membership settles: it counts as relaying).
 pub(crate) fn routes(me: &str, region: &str, live: &[Member]) -> Routes {
-    let mut ms: Vec<relay::Member<'_>> = live
-        .iter()
-        .map(|m| relay::Member {
-            node_id: &m.node_id,
-            region: &m.region,
-            relays: m.relays,
-        })
-        .collect();
+    let mut ms = core_members(live);
     let at = match ms.iter().position(|m| m.node_id == me) {
         Some(i) => i,
         None => {

@@ -2,9 +2,11 @@
 //! regions, figures decided anywhere reach every daemon elsewhere, and a dead sender or
 //! receiver is replaced.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
-use common::{OneRule, WINDOW, clear_of_window_end, params, wait_for};
+use common::{WINDOW, clear_of_window_end, params, wait_for};
 use sluice_core::algo::Kind;
 use sluice_core::matching::store_key;
 use sluice_core::relay::Hop;
@@ -12,7 +14,6 @@ use sluice_core::ship::{Observed, ShipEntry};
 use sluice_gossip::pack::{Header, pack_hop};
 use sluice_gossip::{Config, FrameCodec, Node, Scope, Shippers, now_micros};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const KEY: &[u8] = b"a shared key of enough bytes";
@@ -23,49 +24,16 @@ fn cfg(region: &str, id: &str, seeds: &[SocketAddr], shippers: Shippers) -> Conf
     c
 }
 
-/// `regions` regions (a, b, c…) of `daemons` daemons each (`a-1`, `a-2`…), all settled: every
-/// daemon sees every other, and in `region_sender` mode each knows whether it is its region's
-/// sender (the lowest id, `x-1`).
+/// The cluster of `tests/common/cluster.rs` in `shippers` mode.
 async fn cluster(regions: usize, daemons: usize, shippers: Shippers) -> Vec<Vec<Node>> {
-    let first = Node::start(cfg("a", "a-1", &[], shippers), Arc::new(OneRule))
-        .await
-        .expect("a-1 starts");
-    let seed = [first.local_addr()];
-    let mut out: Vec<Vec<Node>> = Vec::new();
-    let mut first = Some(first);
-    for r in 0..regions {
-        let region = ((b'a' + r as u8) as char).to_string();
-        let mut nodes = Vec::new();
-        for d in 1..=daemons {
-            let node = match first.take() {
-                Some(n) => n,
-                None => Node::start(
-                    cfg(&region, &format!("{region}-{d}"), &seed, shippers),
-                    Arc::new(OneRule),
-                )
-                .await
-                .expect("node starts"),
-            };
-            nodes.push(node);
-        }
-        out.push(nodes);
-    }
-    let all = regions * daemons;
-    wait_for("the membership to settle", Duration::from_secs(30), || {
-        out.iter().flatten().all(|n| n.members().len() == all)
-    })
-    .await;
-    if shippers == Shippers::RegionSender {
-        wait_for("one sender per region", Duration::from_secs(10), || {
-            out.iter().all(|ns| {
-                ns.iter()
-                    .enumerate()
-                    .all(|(i, n)| n.region_sender() == (i == 0))
-            })
-        })
-        .await;
-    }
-    out
+    let relaying = shippers == Shippers::RegionSender;
+    cluster::cluster(
+        regions,
+        daemons,
+        |r, id, seeds| cfg(r, id, seeds, shippers),
+        relaying,
+    )
+    .await
 }
 
 /// What each node did, for a failure message.

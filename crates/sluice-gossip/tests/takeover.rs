@@ -3,15 +3,16 @@
 //! of life within one interval (`sluice_core::liveness`), before the membership's failure
 //! detector calls it dead; the other regions then reach its region through its successor.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
-use common::{OneRule, clear_of_window_end, params, wait_for};
+use common::{clear_of_window_end, params, wait_for};
 use sluice_core::algo::Kind;
 use sluice_core::matching::store_key;
 use sluice_core::ship::Observed;
 use sluice_gossip::{Config, Node, Scope, Shippers, now_micros};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const KEY: &[u8] = b"a shared key of enough bytes";
@@ -28,37 +29,7 @@ fn cfg(region: &str, id: &str, seeds: &[SocketAddr]) -> Config {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_sender_is_replaced_within_an_interval_and_a_live_one_never() {
     clear_of_window_end().await;
-    let first = Node::start(cfg("a", "a-1", &[]), Arc::new(OneRule))
-        .await
-        .expect("a-1 starts");
-    let seed = [first.local_addr()];
-    let mut first = Some(first);
-    let mut nodes: Vec<Vec<Node>> = Vec::new();
-    for r in ["a", "b", "c"] {
-        let mut region = Vec::new();
-        for d in 1..=3 {
-            let n = match first.take() {
-                Some(n) => n,
-                None => Node::start(cfg(r, &format!("{r}-{d}"), &seed), Arc::new(OneRule))
-                    .await
-                    .expect("node starts"),
-            };
-            region.push(n);
-        }
-        nodes.push(region);
-    }
-    wait_for("the membership to settle", Duration::from_secs(60), || {
-        nodes.iter().flatten().all(|n| n.members().len() == 9)
-    })
-    .await;
-    wait_for("one sender per region", Duration::from_secs(10), || {
-        nodes.iter().all(|ns| {
-            ns.iter()
-                .enumerate()
-                .all(|(i, n)| n.region_sender() == (i == 0))
-        })
-    })
-    .await;
+    let nodes = cluster::cluster(3, 3, cfg, true).await;
     let (p, k) = (
         params(),
         store_key("api|api_key=k1", "g", Kind::FixedWindow),
