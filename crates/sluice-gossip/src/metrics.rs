@@ -122,7 +122,8 @@ impl GossipMetrics {
         add(&self.sender_takeovers, 1);
     }
 
-    /// Times this daemon became its region's sender between two intervals.
+    /// Times this daemon became its region's sender while the membership still listed the
+    /// one before it (which went silent).
     pub fn sender_takeovers(&self) -> u64 {
         self.sender_takeovers.load(Ordering::Relaxed)
     }

@@ -619,8 +619,6 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             if !r.sender || was {
                 continue;
             }
-            inner.metrics.sender_takeover();
-            tracing::info!(node = %me, %region, "the region's sender went silent: this daemon sends");
             tick.reset();
         }
         inner
@@ -632,7 +630,13 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
         inner.regions.store(regions.len(), Ordering::Relaxed);
         let (ships, cross, collect_to) = match routes {
             Some(r) => {
-                inner.region_sender.store(r.sender, Ordering::Relaxed);
+                let was = inner.region_sender.swap(r.sender, Ordering::Relaxed);
+                if r.sender && !was && successor(&inner) {
+                    // Elected while the membership still lists a lower id: a takeover (at
+                    // once between ticks, or at a tick that came first), not a start.
+                    inner.metrics.sender_takeover();
+                    tracing::info!(node = %me, %region, "the region's sender went silent: this daemon sends");
+                }
                 (true, r.cross, r.collect_to)
             }
             _ => {
