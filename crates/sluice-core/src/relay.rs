@@ -259,10 +259,7 @@ pub fn gather_budget(sender: bool, own: &[ShipEntry], max_bytes: usize) -> usize
     if !sender {
         return max_bytes;
     }
-    let own: usize = own
-        .iter()
-        .map(|e| crate::ship::entry_bytes(&e.key, e.window_start, e.count))
-        .sum();
+    let own: usize = own.iter().map(ShipEntry::bytes).sum();
     max_bytes.saturating_sub(own)
 }
 
@@ -422,11 +419,7 @@ mod tests {
             window_start: 0,
             count,
         };
-        let bytes = |es: &[ShipEntry]| -> usize {
-            es.iter()
-                .map(|e| crate::ship::entry_bytes(&e.key, e.window_start, e.count))
-                .sum()
-        };
+        let bytes = |es: &[ShipEntry]| -> usize { es.iter().map(ShipEntry::bytes).sum() };
         let one = bytes(&[e("k1", 10)]);
         let mut c = Collected::default();
         for (k, n) in [("k1", 10), ("k2", 30), ("k3", 20), ("k4", 20)] {

@@ -221,6 +221,13 @@ pub struct ShipEntry {
     pub count: u64,
 }
 
+impl ShipEntry {
+    /// Its estimated bytes in a shipment ([`entry_bytes`]): what budgets count.
+    pub fn bytes(&self) -> usize {
+        entry_bytes(&self.key, self.window_start, self.count)
+    }
+}
+
 /// What one interval may ship.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
@@ -593,10 +600,7 @@ mod tests {
         assert_eq!(b.entries.len() + b.deferred, 1000);
         assert_eq!(
             b.bytes,
-            b.entries
-                .iter()
-                .map(|e| entry_bytes(&e.key, e.window_start, e.count))
-                .sum::<usize>()
+            b.entries.iter().map(ShipEntry::bytes).sum::<usize>()
         );
     }
 

@@ -11,7 +11,7 @@ use super::{IN_REGION_DELAY, Sim, view};
 use crate::scenario::{Delivery, Shippers};
 use sluice_core::Micros;
 use sluice_core::relay::{self, Hop};
-use sluice_core::ship::{Batch, ShipEntry, entry_bytes, message_bytes};
+use sluice_core::ship::{Batch, ShipEntry, message_bytes};
 use std::rc::Rc;
 
 pub(super) struct Msg {
@@ -346,10 +346,7 @@ impl<'a> Sim<'a> {
     ) -> Rc<Msg> {
         let sc = self.sc;
         let n = sc.regions.len();
-        let entry: usize = entries
-            .iter()
-            .map(|e| entry_bytes(&e.key, e.window_start, e.count))
-            .sum();
+        let entry: usize = entries.iter().map(ShipEntry::bytes).sum();
         let bytes = message_bytes(&sc.regions[r], entry) as u64;
         let msg = Rc::new(Msg {
             from: r,
