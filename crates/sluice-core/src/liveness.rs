@@ -105,7 +105,10 @@ impl SenderWatch {
         }
         // This region's sender: heard lately, or counted on only lately (a grace period
         // from the moment this daemon starts counting on it). Each one passed over hands
-        // the watch to the next, which starts its own grace period.
+        // the watch to the next, which starts its own grace period. One never heard from
+        // is left to the membership: it may not know this daemon yet (a daemon that just
+        // joined), and passing it over would make every newcomer a sender for a moment;
+        // only a sender that went silent is passed over.
         if let Some(g) = relay::gateway(members, region).filter(|g| *g != me) {
             let since = match &self.counting_on {
                 Some((n, t)) if n == g => *t,
@@ -114,8 +117,11 @@ impl SenderWatch {
                     now
                 }
             };
-            let last = heard(&self.heard, g).max(since);
-            if now.saturating_sub(last) > stale {
+            let silent = self
+                .heard
+                .get(g)
+                .is_some_and(|h| now.saturating_sub((*h).max(since)) > stale);
+            if silent {
                 self.passed_over.insert(g.to_string(), now);
                 for m in members.iter_mut().filter(|m| m.node_id == g) {
                     m.relays = false;
@@ -219,10 +225,17 @@ mod tests {
     fn the_next_daemon_takes_over_for_itself_and_never_passes_itself_over() {
         let mut w = SenderWatch::default();
         assert_eq!(elect(&mut w, "a-2", 0).0, "a-1");
-        // a-1 silent since a-2 started counting on it: a-2 elects itself.
-        assert_eq!(elect(&mut w, "a-2", stale_after(SHIP) + 1).0, "a-2");
+        // Never heard from (it may not know a-2 yet): left to the membership.
+        assert_eq!(elect(&mut w, "a-2", 10 * SHIP).0, "a-1");
+        // Heard, then silent: a-2 elects itself.
+        w.heard("a-1", 10 * SHIP);
+        assert_eq!(elect(&mut w, "a-2", 10 * SHIP + stale_after(SHIP)).0, "a-1");
+        assert_eq!(
+            elect(&mut w, "a-2", 10 * SHIP + stale_after(SHIP) + 1).0,
+            "a-2"
+        );
         // Silence of its own is not a thing: it stays elected.
-        assert_eq!(elect(&mut w, "a-2", 10 * SHIP).0, "a-2");
+        assert_eq!(elect(&mut w, "a-2", 20 * SHIP).0, "a-2");
         // The lowest id never watches anyone.
         let mut w = SenderWatch::default();
         assert_eq!(elect(&mut w, "a-1", 10 * SHIP).0, "a-1");
