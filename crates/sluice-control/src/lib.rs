@@ -21,6 +21,7 @@
 //! - [`snapshot`]: the atomic on-disk copy of the last loaded set.
 //! - [`admin`]: the admin HTTP API ([`admin::router`], [`admin::serve_admin`]): routing and
 //!   auth, request parsing, and one file of handlers per resource (rules, versions, overrides).
+//! - [`whatif`]: replays decision log records through the current and a candidate set.
 
 pub mod admin;
 pub mod db;
@@ -33,6 +34,7 @@ pub mod pgtls;
 pub mod postgres;
 pub mod snapshot;
 pub mod store;
+pub mod whatif;
 
 use arc_swap::ArcSwap;
 use sluice_core::rules::RuleSet;
