@@ -22,6 +22,8 @@
 //! - [`ship`]: which busy global keys the delta shipper sends each interval, within a budget.
 //! - [`relay`]: one sender per region: who ships a region's figures across, who takes them
 //!   in and passes them on (an election over the live membership).
+//! - [`forward`]: dozens of regions: each region's sender ships to a few peer regions, and
+//!   receivers pass the other origins' figures on (peers, what is forwarded, the hop bound).
 //! - [`liveness`]: who may be elected: a sender heard from lately, a region's relayer.
 //! - [`hotkeys`]: what a daemon answers itself for hot keys (deny cache, token leasing).
 //! - [`hash`]: the stable hash behind rollout and key splitting.
@@ -33,6 +35,7 @@ pub mod breaker;
 pub mod canary;
 pub mod decision;
 pub mod edge;
+pub mod forward;
 pub mod guard;
 pub mod hash;
 pub mod hotkeys;

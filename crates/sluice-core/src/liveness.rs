@@ -173,6 +173,7 @@ mod tests {
             node_id,
             region,
             relays: true,
+            forwards: false,
         }
     }
 

@@ -35,6 +35,10 @@ pub struct Member<'a> {
     /// not (another shipping mode, an older release) are never elected and are sent to
     /// directly.
     pub relays: bool,
+    /// Whether it forwards other regions' figures to its peer regions (`gossip.fanout` above
+    /// 0, [`crate::forward`]). Only regions whose gateway forwards form the ring; the others
+    /// are shipped to point-to-point.
+    pub forwards: bool,
 }
 
 /// How a datagram travels, which tells its receiver what to do with it.
@@ -48,6 +52,9 @@ pub enum Hop {
     Relay,
     /// Inside a region, from its gateway to the other daemons: merge, pass on to nobody.
     FanOut,
+    /// To a peer region's gateway, other origins' figures passed on ([`crate::forward`]):
+    /// merge, fan out in the region, and forward on to its own peers.
+    Forward,
 }
 
 /// A region's gateway: its relaying live member with the lowest node id, if it has one.
@@ -71,10 +78,22 @@ pub struct Plan {
     pub cross: Vec<(usize, Hop)>,
     /// The other members of this daemon's region: where a relayed packet is fanned out.
     pub fan_out: Vec<usize>,
+    /// The gateways of this region's peer regions, when the ring forwards
+    /// ([`crate::forward::peers`]): where the other origins' figures heard here are passed
+    /// on ([`Hop::Forward`]). `cross` then holds only them among the forwarding regions.
+    pub forward_to: Vec<usize>,
 }
 
-/// The plan of `members[me]`, a relaying member. Members must be unique by node id.
+/// The plan of `members[me]`, a relaying member, point-to-point (every other region's
+/// gateway). Members must be unique by node id.
 pub fn plan(members: &[Member<'_>], me: usize) -> Plan {
+    plan_with(members, me, 0)
+}
+
+/// The plan of `members[me]` with fan-out `fanout` ([`crate::forward`]): when this region's
+/// gateway forwards and the forwarding regions are more than `fanout + 1`, it ships across only
+/// to its peer regions among them (and point-to-point to the regions that do not forward).
+pub fn plan_with(members: &[Member<'_>], me: usize, fanout: usize) -> Plan {
     let Some(this) = members.get(me) else {
         return Plan::default();
     };
@@ -96,7 +115,33 @@ pub fn plan(members: &[Member<'_>], me: usize) -> Plan {
         .collect();
     regions.sort_unstable();
     regions.dedup();
+    // The ring: the regions, this one included, whose gateway forwards, sorted by name.
+    let mut ring: Vec<&str> = regions
+        .iter()
+        .copied()
+        .chain(std::iter::once(this.region))
+        .filter(|r| gw(r).is_some_and(|g| members[g].forwards))
+        .collect();
+    ring.sort_unstable();
+    let mut forward_to = Vec::new();
+    let mut peers: Option<Vec<&str>> = None;
+    if let Some(at) = ring.iter().position(|r| *r == this.region)
+        && crate::forward::forwarding(ring.len(), fanout)
+    {
+        let ps: Vec<&str> = crate::forward::peers(ring.len(), at, fanout)
+            .into_iter()
+            .map(|i| ring[i])
+            .collect();
+        forward_to = ps.iter().filter_map(|r| gw(r)).collect();
+        peers = Some(ps);
+    }
     for r in regions {
+        if let Some(ps) = &peers
+            && ring.contains(&r)
+            && !ps.contains(&r)
+        {
+            continue;
+        }
         match gw(r) {
             Some(g) => cross.push((g, Hop::Relay)),
             None => cross.extend(
@@ -119,6 +164,7 @@ pub fn plan(members: &[Member<'_>], me: usize) -> Plan {
         collect_to: if sender { None } else { own },
         cross,
         fan_out,
+        forward_to,
     }
 }
 
@@ -314,6 +360,7 @@ mod tests {
             node_id,
             region,
             relays,
+            forwards: false,
         }
     }
 
@@ -402,6 +449,58 @@ mod tests {
             b.merge("a", &key, &params, 60_000_000 * 10, figure, now);
         }
         assert_eq!(b.remote_for(&key, &params, now, 2).cur, 170);
+    }
+
+    #[test]
+    fn with_a_fan_out_a_gateway_ships_to_its_peers_and_forwards_to_them() {
+        // Twelve regions r00..r11 of two daemons, all forwarding, but r11 does not; and c,
+        // which does not relay, is sent to directly.
+        let names: Vec<(String, String)> = (0..12)
+            .flat_map(|r| (1..3).map(move |d| (format!("r{r:02}-{d}"), format!("r{r:02}"))))
+            .collect();
+        let mut ms: Vec<Member<'_>> = names
+            .iter()
+            .map(|(n, r)| Member {
+                node_id: n,
+                region: r,
+                relays: true,
+                forwards: r != "r11",
+            })
+            .chain([m("c-1", "c", false)])
+            .collect();
+        let region_of = |p: &Plan, ms: &[Member<'_>]| -> Vec<(String, Hop)> {
+            p.cross
+                .iter()
+                .map(|&(i, h)| (ms[i].region.to_string(), h))
+                .collect()
+        };
+        // r00 of 11 forwarding regions, fan-out 3: base 3, peers r01, r03, r09; r11 (does
+        // not forward) and c point-to-point.
+        let p = plan_with(&ms, 0, 3);
+        assert!(p.sender);
+        let peers: Vec<&str> = p.forward_to.iter().map(|&i| ms[i].node_id).collect();
+        assert_eq!(peers, vec!["r01-1", "r03-1", "r09-1"]);
+        let want: Vec<(String, Hop)> = [("c".to_string(), Hop::Direct)]
+            .into_iter()
+            .chain(
+                ["r01", "r03", "r09", "r11"]
+                    .iter()
+                    .map(|r| (r.to_string(), Hop::Relay)),
+            )
+            .collect();
+        assert_eq!(region_of(&p, &ms), want);
+        // Fan-out 0, or a fan-out that covers every region: point-to-point as before.
+        assert_eq!(plan_with(&ms, 0, 0), plan(&ms, 0));
+        assert_eq!(plan_with(&ms, 0, 10).cross, plan(&ms, 0).cross);
+        assert!(plan_with(&ms, 0, 10).forward_to.is_empty());
+        // A region that does not forward ships point-to-point and forwards nothing.
+        let p = plan_with(&ms, 22, 3);
+        assert!(p.forward_to.is_empty() && p.cross.len() == 12);
+        // r02 down (left the membership): the ring closes over it; r01's peers move on.
+        ms.retain(|m| m.region != "r02");
+        let p = plan_with(&ms, 2, 3);
+        let peers: Vec<&str> = p.forward_to.iter().map(|&i| ms[i].region).collect();
+        assert_eq!(peers, vec!["r03", "r05", "r00"]);
     }
 
     #[test]

@@ -785,7 +785,7 @@ async fn send(
         }
         let scope = match hop {
             Hop::Collect | Hop::FanOut => Scope::InRegion,
-            Hop::Direct | Hop::Relay => Scope::CrossRegion,
+            Hop::Direct | Hop::Relay | Hop::Forward => Scope::CrossRegion,
         };
         for payload in &packed.payloads {
             inner.codec.seal(Kind::Counts, payload, &mut frame);

@@ -19,6 +19,7 @@ pub(crate) fn core_members(live: &[Member]) -> Vec<relay::Member<'_>> {
             node_id: &m.node_id,
             region: &m.region,
             relays: m.relays,
+            forwards: false,
         })
         .collect()
 }
@@ -67,6 +68,7 @@ pub(crate) fn routes(me: &str, region: &str, live: &[Member]) -> Routes {
                 node_id: me,
                 region,
                 relays: true,
+                forwards: false,
             });
             ms.len() - 1
         }

@@ -292,6 +292,7 @@ pub fn route_code(h: Hop) -> u32 {
         Hop::Collect => 1,
         Hop::Relay => 2,
         Hop::FanOut => 3,
+        Hop::Forward => 4,
     }
 }
 
@@ -302,6 +303,7 @@ pub fn route_of(code: u32) -> Hop {
         1 => Hop::Collect,
         2 => Hop::Relay,
         3 => Hop::FanOut,
+        4 => Hop::Forward,
         _ => Hop::Direct,
     }
 }

@@ -263,6 +263,7 @@ impl<'a> Sim<'a> {
                     node_id: &self.node_ids[r2][d2],
                     region: &sc.regions[r2],
                     relays: true,
+                    forwards: false,
                 });
                 at.push((r2, d2));
             }
@@ -375,8 +376,8 @@ impl<'a> Sim<'a> {
                     c.count(r, bytes, 1);
                     IN_REGION_DELAY
                 }
-                Hop::Relay | Hop::Direct => {
-                    let c = if hop == Hop::Relay {
+                Hop::Relay | Hop::Direct | Hop::Forward => {
+                    let c = if hop != Hop::Direct {
                         &mut g.relay
                     } else {
                         &mut g.direct
