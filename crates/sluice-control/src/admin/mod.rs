@@ -15,6 +15,7 @@
 //! POST   /v1/rules:apply                      {"domains":[...],"dry_run":true} whole domains
 //! POST   /v1/rules:rollback                   {"to_version": 42}
 //! POST   /v1/rules:shadow-all[?domain=D]      kill switch: every enforcing rule to shadow
+//! POST   /v1/rules:what-if                    {"domains":[...],"since":"1h"} replay the log
 //! GET    /v1/rules:status                     the version each daemon serves
 //! GET    /v1/rules:history                    the latest versions: who, when, what
 //! GET    /v1/rules:export                     every domain as rule-format documents
@@ -47,6 +48,7 @@
 //! - `versions`: the whole set and its versions (`/v1/rules:apply`, `:rollback`, …).
 //! - `overrides`: `/v1/overrides`.
 //! - `pending`: `/v1/pending`: held changes, approve and reject.
+//! - `whatif`: `/v1/rules:what-if` over the daemon's decision log ([`what_if_routes`]).
 
 mod auth;
 mod error;
@@ -57,6 +59,8 @@ mod pending;
 mod request;
 mod rules;
 mod versions;
+mod whatif;
+pub use whatif::{DecisionSource, what_if_routes};
 
 pub use auth::{
     ANONYMOUS, AdminConfig, ENV_ADMIN_PRINCIPAL, ENV_READ_PRINCIPAL, Token, TokenSpec,

@@ -45,6 +45,14 @@ pub enum WhatIfError {
         /// What is wrong, naming the field.
         reason: String,
     },
+    /// A window bound that is not a time (permanent).
+    #[error("{field}: {reason}")]
+    BadWindow {
+        /// `since` or `until`.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// One rule's verdict in a record (only what the replay reads).
@@ -129,7 +137,51 @@ pub struct Window {
     pub until: Option<Micros>,
 }
 
+/// The window replayed when none is given: the last hour.
+pub const DEFAULT_SINCE: Micros = 3_600_000_000;
+
 impl Window {
+    /// `since` and `until` as an operator writes them at `now`: epoch microseconds, or a
+    /// duration back from now (`30m`, `1h`); `since` defaults to an hour back, `until` to
+    /// none (up to now). An error names the field.
+    pub fn parse(
+        since: Option<&str>,
+        until: Option<&str>,
+        now: Micros,
+    ) -> Result<Window, WhatIfError> {
+        let at = |field: &'static str, v: &str| -> Result<Micros, WhatIfError> {
+            let bad = |reason: String| WhatIfError::BadWindow { field, reason };
+            if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+                return v.parse().map_err(|_| bad(format!("{v:?} is out of range")));
+            }
+            let back = sluice_core::time::parse_span(v)
+                .ok()
+                .and_then(|s| s.fixed())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "expected epoch microseconds or a duration like 30m, got {v:?}"
+                    ))
+                })?;
+            Ok(now.saturating_sub(back))
+        };
+        let w = Window {
+            since: Some(match since {
+                Some(v) => at("since", v)?,
+                None => now.saturating_sub(DEFAULT_SINCE),
+            }),
+            until: until.map(|v| at("until", v)).transpose()?,
+        };
+        if let (Some(s), Some(u)) = (w.since, w.until)
+            && s >= u
+        {
+            return Err(WhatIfError::BadWindow {
+                field: "until",
+                reason: "must be later than since".into(),
+            });
+        }
+        Ok(w)
+    }
+
     fn holds(&self, ts: Micros) -> bool {
         self.since.is_none_or(|s| ts >= s) && self.until.is_none_or(|u| ts < u)
     }

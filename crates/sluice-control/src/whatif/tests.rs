@@ -246,3 +246,20 @@ fn bad_records_name_the_field() {
     .expect_err("weight 0");
     assert!(e.to_string().contains("weight"), "{e}");
 }
+
+#[test]
+fn windows_parse_and_name_the_field() {
+    let w = Window::parse(None, None, T0).expect("default");
+    assert_eq!((w.since, w.until), (Some(T0 - DEFAULT_SINCE), None));
+    let w = Window::parse(Some("30m"), Some("10m"), T0).expect("durations");
+    assert_eq!(
+        (w.since, w.until),
+        (Some(T0 - 1_800 * S), Some(T0 - 600 * S))
+    );
+    let w = Window::parse(Some("5"), Some("9"), T0).expect("epoch");
+    assert_eq!((w.since, w.until), (Some(5), Some(9)));
+    let e = Window::parse(Some("yesterday"), None, T0).expect_err("bad since");
+    assert!(e.to_string().starts_with("since:"), "{e}");
+    let e = Window::parse(Some("10m"), Some("30m"), T0).expect_err("until before since");
+    assert!(e.to_string().starts_with("until:"), "{e}");
+}
