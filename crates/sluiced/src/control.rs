@@ -38,6 +38,8 @@ pub struct Rules {
     /// Keeps it current; ends on stop.
     pub task: JoinHandle<()>,
     store: Option<Arc<Store>>,
+    /// The decision log, when on: the admin API's `POST /v1/rules:what-if` replays it.
+    pub decisions: Option<Arc<crate::decisions::DecisionLog>>,
 }
 
 /// Where the admin API listens: `admin_addr` if set; with PostgreSQL, 127.0.0.1:8082 by
@@ -107,6 +109,7 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
             published,
             task,
             store: None,
+            decisions: None,
         });
     };
     let mut pg = PgConfig::new(url.clone(), status_id(cfg), cfg.region.clone());
@@ -135,6 +138,7 @@ pub async fn start_rules(cfg: &Config, stop: watch::Receiver<bool>) -> anyhow::R
         published,
         task,
         store: Some(store),
+        decisions: None,
     })
 }
 
@@ -170,6 +174,9 @@ pub fn spawn_admin(
     let mut app = sluice_control::admin::router(state.clone());
     if let Some(extra) = extra {
         app = app.merge(sluice_control::admin::behind_tokens(&state, extra));
+    }
+    if let Some(log) = rules.decisions.clone() {
+        app = app.merge(sluice_control::admin::what_if_routes(&state, log));
     }
     let app = app.layer(axum::middleware::from_fn_with_state(
         bounds,

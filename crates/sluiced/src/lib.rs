@@ -111,7 +111,7 @@ pub async fn run(
     cfg.validate()?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Rules: PostgreSQL with `postgres`, else the YAML file (control.rs).
-    let rules = control::start_rules(&cfg, stop_rx.clone()).await?;
+    let mut rules = control::start_rules(&cfg, stop_rx.clone()).await?;
     let published = rules.published.clone();
 
     let (store, memory) = build_store(&cfg).await?;
@@ -148,11 +148,18 @@ pub async fn run(
         let dir = cfg
             .decision_log
             .dir_for(listeners.http.local_addr()?.port());
+        // Where a record's counts live, for a what-if replay: each memory store is the
+        // daemon's own; a shared store (Redis) is the region's.
+        let counts_in = match cfg.store {
+            StoreConfig::Memory { .. } => format!("daemon:{}", cfg.daemon_id()),
+            _ => cfg.region.clone(),
+        };
         // The log is on by default: a directory it cannot write turns it off, not the daemon.
-        match decisions::DecisionLog::start(&cfg.decision_log, &dir) {
+        match decisions::DecisionLog::start(&cfg.decision_log, &dir, Some(counts_in)) {
             Ok(log) => {
                 tracing::info!(dir = %dir.display(), "decision log on");
                 engine.metrics.add_exporter(log.clone());
+                rules.decisions = Some(log.clone());
                 engine.decisions = Some(log);
             }
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "decision log off"),

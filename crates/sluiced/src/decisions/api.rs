@@ -1,5 +1,6 @@
-//! `GET /v1/decisions?rule=&identity=&since=&limit=`: the newest records first, on the admin
-//! listener behind the read token (the admin API's own auth layer).
+//! `GET /v1/decisions?rule=&identity=&since=&until=&limit=`: the newest records first, on the
+//! admin listener behind the read token (the admin API's own auth layer). `until` pages back
+//! through a window (a what-if reads whole windows from every daemon).
 //!
 //! Bounded: at most [`MAX_LIMIT`] records, read from at most [`MAX_SCAN`] bytes of the newest
 //! files, on a blocking thread (the files are local disk, but a check never waits on them).
@@ -31,13 +32,31 @@ pub struct Filter {
     pub identity: Option<String>,
     /// Records at or after this time, epoch µs.
     pub since: Option<Micros>,
+    /// Records before this time, epoch µs.
+    pub until: Option<Micros>,
     /// At most this many.
     pub limit: usize,
 }
 
+/// `since` or `until`: epoch microseconds, or a duration back from `now` (`5m`, `1h`).
+fn time(field: &str, v: &str, now: Micros) -> Result<Micros, String> {
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return v
+            .parse()
+            .map_err(|_| format!("{field}: {v:?} is out of range"));
+    }
+    let back = sluice_core::time::parse_span(v)
+        .ok()
+        .and_then(|s| s.fixed())
+        .ok_or_else(|| {
+            format!("{field}: expected epoch microseconds or a duration like 5m, got {v:?}")
+        })?;
+    Ok(now.saturating_sub(back))
+}
+
 impl Filter {
-    /// Parses a query string at `now`: `since` is epoch microseconds or a duration back from
-    /// now (`5m`, `1h`).
+    /// Parses a query string at `now`: `since` and `until` are epoch microseconds or a
+    /// duration back from now (`5m`, `1h`).
     pub fn parse(query: Option<&str>, now: Micros) -> Result<Filter, String> {
         let mut f = Filter {
             limit: DEFAULT_LIMIT,
@@ -57,22 +76,8 @@ impl Filter {
             match k {
                 "rule" => f.rule = Some(v),
                 "identity" => f.identity = Some(v),
-                "since" => {
-                    f.since = Some(if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
-                        v.parse()
-                            .map_err(|_| format!("since: {v:?} is out of range"))?
-                    } else {
-                        let back = sluice_core::time::parse_span(&v)
-                            .ok()
-                            .and_then(|s| s.fixed())
-                            .ok_or_else(|| {
-                                format!(
-                                    "since: expected epoch microseconds or a duration like 5m, got {v:?}"
-                                )
-                            })?;
-                        now.saturating_sub(back)
-                    })
-                }
+                "since" => f.since = Some(time("since", &v, now)?),
+                "until" => f.until = Some(time("until", &v, now)?),
                 "limit" => {
                     f.limit = v
                         .parse()
@@ -82,7 +87,7 @@ impl Filter {
                 }
                 other => {
                     return Err(format!(
-                        "unknown query field {other:?} (rule, identity, since, limit)"
+                        "unknown query field {other:?} (rule, identity, since, until, limit)"
                     ));
                 }
             }
@@ -106,6 +111,13 @@ impl Filter {
         {
             return false;
         }
+        if let Some(until) = self.until
+            && r.get("ts")
+                .and_then(Value::as_u64)
+                .is_none_or(|ts| ts >= until)
+        {
+            return false;
+        }
         if let Some(rule) = &self.rule
             && !any_rule("id", rule)
         {
@@ -125,7 +137,7 @@ impl DecisionLog {
     /// The newest records `f` asks for, newest first (a partly written last line is skipped).
     pub fn query(&self, f: &Filter) -> std::io::Result<Vec<Value>> {
         let mut out = Vec::new();
-        super::files::newest_first(&self.dir, MAX_SCAN, |line| {
+        super::files::newest_first_in(&self.dir, MAX_SCAN, f.since, f.until, |line| {
             if let Ok(v) = serde_json::from_str::<Value>(line)
                 && f.matches(&v)
             {
@@ -134,6 +146,20 @@ impl DecisionLog {
             out.len() < f.limit
         })?;
         Ok(out)
+    }
+}
+
+impl sluice_control::admin::DecisionSource for DecisionLog {
+    /// Every record of the window, from the files that may hold it (at most [`MAX_SCAN`]
+    /// bytes of them, newest first).
+    fn window(&self, since: Option<Micros>, until: Option<Micros>) -> Result<Vec<Value>, String> {
+        let f = Filter {
+            since,
+            until,
+            limit: usize::MAX,
+            ..Filter::default()
+        };
+        self.query(&f).map_err(|e| e.to_string())
     }
 }
 
@@ -204,5 +230,13 @@ mod tests {
         g = f.clone();
         g.since = Some(now + 1);
         assert!(!g.matches(&r));
+        let u = Filter::parse(Some("until=1h"), now).expect("until");
+        assert_eq!(u.until, Some(now - 3_600_000_000));
+        assert!(!u.matches(&r), "until is exclusive of later records");
+        let u = Filter::parse(Some(&format!("until={}", now + 1)), now).expect("until");
+        assert!(u.matches(&r));
+        let u = Filter::parse(Some(&format!("until={now}")), now).expect("until");
+        assert!(!u.matches(&r), "until is exclusive");
+        assert!(Filter::parse(Some("until=soon"), now).is_err());
     }
 }

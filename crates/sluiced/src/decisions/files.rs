@@ -216,10 +216,28 @@ impl Files {
 pub fn newest_first(
     dir: &Path,
     max_scan: u64,
+    keep: impl FnMut(&str) -> bool,
+) -> std::io::Result<()> {
+    newest_first_in(dir, max_scan, None, None, keep)
+}
+
+/// [`newest_first`] over the files that may hold records at or after `since` and before
+/// `until` (epoch µs): a file starting at or after `until` is not read, and nothing older
+/// than the first file starting before `since` is. `keep` still sees every line of a file
+/// read (the caller filters by time), and `max_scan` counts only the files read, so a
+/// window further back is reached however much is newer.
+pub fn newest_first_in(
+    dir: &Path,
+    max_scan: u64,
+    since: Option<Micros>,
+    until: Option<Micros>,
     mut keep: impl FnMut(&str) -> bool,
 ) -> std::io::Result<()> {
     let mut scanned = 0u64;
-    for (_, path) in list(dir)?.into_iter().rev() {
+    for (start, path) in list(dir)?.into_iter().rev() {
+        if until.is_some_and(|u| start >= u) {
+            continue;
+        }
         let f = match File::open(&path) {
             Ok(f) => f,
             // Deleted by the writer meanwhile.
@@ -237,7 +255,7 @@ pub fn newest_first(
                 return Ok(());
             }
         }
-        if scanned >= max_scan {
+        if scanned >= max_scan || since.is_some_and(|s| start < s) {
             return Ok(());
         }
     }

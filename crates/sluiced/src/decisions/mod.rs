@@ -212,6 +212,7 @@ pub struct DecisionLog {
     nonce: AtomicU64,
     stats: Arc<Stats>,
     dir: PathBuf,
+    counts_in: Option<String>,
 }
 
 impl std::fmt::Debug for DecisionLog {
@@ -224,8 +225,13 @@ impl std::fmt::Debug for DecisionLog {
 }
 
 impl DecisionLog {
-    /// Opens `dir` and starts the writer thread; it ends when the log is dropped.
-    pub fn start(cfg: &DecisionLogConfig, dir: &Path) -> anyhow::Result<Arc<DecisionLog>> {
+    /// Opens `dir` and starts the writer thread; it ends when the log is dropped. Records
+    /// say their counts live in `counts_in` (the store's scope: see [`record::Record`]).
+    pub fn start(
+        cfg: &DecisionLogConfig,
+        dir: &Path,
+        counts_in: Option<String>,
+    ) -> anyhow::Result<Arc<DecisionLog>> {
         let (rotation, sampling) = cfg.resolve()?;
         let clock = SystemClock::new();
         let files = files::Files::open(dir, rotation, clock.now())
@@ -256,6 +262,7 @@ impl DecisionLog {
             nonce: AtomicU64::new(0),
             stats,
             dir: dir.to_path_buf(),
+            counts_in,
         }))
     }
 
@@ -271,16 +278,18 @@ impl DecisionLog {
             return;
         };
         let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
-        let verdict = self
+        let (verdict, weight) = self
             .sampler
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .decide(&a.identity, record::refused(decision), nonce, c.now);
+            .sample(&a.identity, record::refused(decision), nonce, c.now);
         if verdict != sample::Verdict::Keep {
             self.stats.sampled_out.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let r = record::build(domain, p, decision, c, &self.redact);
+        let mut r = record::build(domain, p, decision, c, &self.redact);
+        r.weight = weight;
+        r.counts_in.clone_from(&self.counts_in);
         match self.tx.try_send(r) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {

@@ -42,6 +42,13 @@ pub struct Record {
     pub descriptors: BTreeMap<String, String>,
     /// Each applied rule's verdict, in rule order.
     pub rules: Vec<RuleOutcome>,
+    /// Checks this record stands for: itself and those of its identity and kind (allowed,
+    /// or refusal) the sampler did not keep since the last kept one (see [`super::sample`]).
+    pub weight: u64,
+    /// The store its counts live in: the region on a shared store, `daemon:<id>` on the
+    /// memory store (a what-if replays each store apart). Absent when not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts_in: Option<String>,
 }
 
 /// One rule's verdict on the check.
@@ -227,6 +234,8 @@ pub fn build(
         rules_version: decision.rules_version,
         descriptors,
         rules,
+        weight: 1,
+        counts_in: None,
     }
 }
 

@@ -11,6 +11,14 @@
 //! Allowed checks are first thinned by `fraction`; refusals (enforced refusals and shadow
 //! would-refusals) are never thinned, only capped, by budgets of their own, so a flood of
 //! allowed checks cannot push refusals out. A total budget per kind bounds what reaches disk.
+//!
+//! A kept check carries a weight: the checks of its identity and kind (allowed, or refusal)
+//! it stands for, itself and those not kept since the identity's last kept one, so a replay
+//! of the log (what-if) counts what happened rather than what was written. Each slot counts
+//! the checks not kept of the identities hashing to it; a kept check's weight is one more
+//! than the smaller of its two slots' counts, which are then lowered by that much (a
+//! count-min sketch with conservative update): exact for an identity that shares one of its
+//! slots with no identity that has checks not yet accounted for, an over-estimate otherwise.
 
 use sluice_core::Micros;
 use sluice_core::algo::{Params, Rate, Remote, Request, State, evaluate, take};
@@ -69,6 +77,8 @@ pub enum Verdict {
 struct Table {
     per_identity: Params,
     slots: Vec<Option<State>>,
+    /// Checks not kept since their identity's last kept one, per slot.
+    skipped: Vec<u64>,
     total_params: Params,
     total: Option<State>,
 }
@@ -78,24 +88,54 @@ impl Table {
         Table {
             per_identity: per.params(),
             slots: vec![None; slots.max(2)],
+            skipped: vec![0; slots.max(2)],
             total_params: total.params(),
             total: None,
         }
     }
 
-    fn spend(&mut self, h: u64, now: Micros) -> Verdict {
-        let req = Request {
-            now,
-            cost: 1,
-            request_id: "",
-            remote: Remote::default(),
-        };
+    /// The identity's two slots.
+    fn slots_of(&self, h: u64) -> (usize, usize) {
         let n = self.slots.len() as u64;
         let a = ((h & 0xffff_ffff) % n) as usize;
         let mut b = ((h >> 32) % n) as usize;
         if b == a {
             b = (a + 1) % self.slots.len();
         }
+        (a, b)
+    }
+
+    /// A check of the identity hashing to `h` that is not kept (thinned or capped).
+    fn skip(&mut self, h: u64) {
+        let (a, b) = self.slots_of(h);
+        for slot in [a, b] {
+            self.skipped[slot] = self.skipped[slot].saturating_add(1);
+        }
+    }
+
+    /// Whether to keep a check, and if so the checks it stands for.
+    fn spend(&mut self, h: u64, now: Micros) -> (Verdict, u64) {
+        let v = self.budgets(h, now);
+        if v != Verdict::Keep {
+            self.skip(h);
+            return (v, 0);
+        }
+        let (a, b) = self.slots_of(h);
+        let before = self.skipped[a].min(self.skipped[b]);
+        for slot in [a, b] {
+            self.skipped[slot] -= before;
+        }
+        (v, before.saturating_add(1))
+    }
+
+    fn budgets(&mut self, h: u64, now: Micros) -> Verdict {
+        let req = Request {
+            now,
+            cost: 1,
+            request_id: "",
+            remote: Remote::default(),
+        };
+        let (a, b) = self.slots_of(h);
         let fits = |s: &Option<State>| evaluate(&self.per_identity, s.as_ref(), &req).allowed;
         // Kept if either slot has room; both are charged, so an identity alone on its slots
         // gets exactly its budget, and one sharing a slot with an abuser still has the other.
@@ -144,6 +184,18 @@ impl Sampler {
     /// shadow would-refusal; `nonce` differs per check (the request sequence) and thins
     /// allowed checks evenly.
     pub fn decide(&mut self, identity: &str, refused: bool, nonce: u64, now: Micros) -> Verdict {
+        self.sample(identity, refused, nonce, now).0
+    }
+
+    /// [`Sampler::decide`] with the kept check's weight: the checks of its identity and kind
+    /// it stands for (itself and those not kept since the last kept one); 0 when not kept.
+    pub fn sample(
+        &mut self,
+        identity: &str,
+        refused: bool,
+        nonce: u64,
+        now: Micros,
+    ) -> (Verdict, u64) {
         let h = self.hash(0, identity.as_bytes());
         if refused {
             return self.refused.spend(h, now);
@@ -151,7 +203,8 @@ impl Sampler {
         if self.fraction_ppm < 1_000_000
             && self.hash(1, &nonce.to_le_bytes()) % 1_000_000 >= u64::from(self.fraction_ppm)
         {
-            return Verdict::Thinned;
+            self.allowed.skip(h);
+            return (Verdict::Thinned, 0);
         }
         self.allowed.spend(h, now)
     }
@@ -273,6 +326,46 @@ mod tests {
         assert_eq!(later, 10);
         // Another identity's refusals are not affected by the first one's.
         assert_eq!(s.decide("api|key=other", true, 0, now + S), Verdict::Keep);
+    }
+
+    /// The weights of an identity's kept checks add up to every check it made but those
+    /// after its last kept one, exactly, for an abuser (allowed checks and refusals, each
+    /// kind on its own) and a quiet identity side by side; with fraction thinning too.
+    #[test]
+    fn weights_add_up_to_the_checks_they_stand_for() {
+        for fraction_ppm in [1_000_000, 300_000] {
+            let mut c = cfg();
+            c.fraction_ppm = fraction_ppm;
+            let mut s = Sampler::new(&c, 5);
+            let t0 = 1_700_000_000 * S;
+            // Per stream: (weights summed, checks made, checks since its last kept one, kept).
+            let mut tally = [(0u64, 0u64, 0u64, 0u64); 3];
+            let mut nonce = 0;
+            for ms in 0..20_000u64 {
+                let now = t0 + ms * 1000;
+                let mut offer = |i: usize, identity: &str, refused: bool| {
+                    nonce += 1;
+                    let (v, w) = s.sample(identity, refused, nonce, now);
+                    let t = &mut tally[i];
+                    t.0 += w;
+                    t.1 += 1;
+                    t.2 = if v == Verdict::Keep { 0 } else { t.2 + 1 };
+                    t.3 += u64::from(v == Verdict::Keep);
+                };
+                offer(0, "api|key=abuser", false);
+                offer(1, "api|key=abuser", true);
+                if ms % 100 == 0 {
+                    offer(2, "api|key=quiet", false);
+                }
+            }
+            for (i, (weights, made, tail, kept)) in tally.into_iter().enumerate() {
+                assert_eq!(weights, made - tail, "{fraction_ppm}: stream {i}");
+                assert!(
+                    kept < made / 4,
+                    "{fraction_ppm}: stream {i} kept {kept} of {made}"
+                );
+            }
+        }
     }
 
     #[test]
