@@ -43,7 +43,8 @@
 -- was most of its cost (docs/redis.md). One pattern match checks an item's digits.
 --
 -- Reply: { allowed, then per item: allowed, limit, remaining, reset, retry_after, window,
---          usage } as integers; a call of one fixed-window item answers only the integer
+--          usage, generation } as integers (generation: a shared bucket's birth stamp in
+--          epoch ms, the label its usage ships under; 0 for every other rule); a call of one fixed-window item answers only the integer
 --          count its window held before the call (see fw_alone).
 --
 -- Errors: a call past its `stale` bound answers "SLUICE_STALE <microseconds late>"; a key
@@ -244,7 +245,8 @@ end
 ---------------------------------------------------------------------------------------------
 -- token_bucket: "tokens ts seen" (micro-tokens, µs, cumulative remote units drained), then
 -- " used" (units this region took in the key's generation) only when used > 0, which only a
--- shared rule counts. An unshared bucket whose tokens are a whole number of µs of refill is
+-- shared rule counts, and " used born" (the generation's birth, epoch ms: the label its
+-- figure ships under) whenever born > 0, which only a shared rule writes. An unshared bucket whose tokens are a whole number of µs of refill is
 -- written as "ts" alone: 0 tokens at the instant it was empty (core: token_bucket::normalize),
 -- one integer, which Redis keeps inside the key's object (72 B a key instead of 104).
 --
@@ -282,24 +284,45 @@ local function bucket_usage(it, used, remaining)
     return it.p2 - remaining
 end
 
+-- core: token_bucket::born_at. A fresh key of a shared rule is labelled with its birth (ms).
+local function born_at(now, rprev)
+    if rprev ~= 0 then
+        return idiv(now, MILLI)
+    end
+    return 0
+end
+
+-- core: token_bucket::generation, in ms (the daemon multiplies by 1000): the label a shared
+-- bucket's usage ships under, 0 for a region-scope rule.
+local function bucket_generation(it, born)
+    if it.rprev ~= 0 then
+        return born
+    end
+    return 0
+end
+
 local function tb_load(key, ki)
     local v, e = get_string(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
     -- The normalized form ("ts") first: it is what an unshared bucket holds.
-    local a, b, c, d = '0', match(v, '^(%d+)$'), '0', '0'
+    local a, b, c, d, e = '0', match(v, '^(%d+)$'), '0', '0', '0'
     if b == nil then
+        a, b, c, d, e = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+    end
+    if a == nil then
         a, b, c, d = match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+        e = '0'
     end
     if a == nil then
         a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
-        d = '0'
+        d, e = '0', '0'
     end
-    local tokens, ts, seen, used = uint(a), uint(b), uint(c), uint(d)
-    if tokens == nil or ts == nil or seen == nil or used == nil then
-        return nil, corrupt(ki, 'token bucket value ' .. format('%q', v) .. ' is not "ts" or "tokens ts seen [used]"')
+    local tokens, ts, seen, used, born = uint(a), uint(b), uint(c), uint(d), uint(e)
+    if tokens == nil or ts == nil or seen == nil or used == nil or born == nil then
+        return nil, corrupt(ki, 'token bucket value ' .. format('%q', v) .. ' is not "ts" or "tokens ts seen [used [born]]"')
     end
-    return { tokens, ts, seen, used }, nil
+    return { tokens, ts, seen, used, born }, nil
 end
 
 -- core: Remote::fresh_share. Units a fresh bucket key holds at once: the whole burst for a
@@ -324,7 +347,7 @@ end
 -- rate = units per µs, scale = units per token (`algo::Rate::units` / `scale`).
 local function tb_current(rate, scale, burst, st, now, rcur, rprev)
     local cap = burst * scale
-    local tokens, ts, seen, used
+    local tokens, ts, seen, used, born
     if st then
         tokens = min(st[1], cap)
         local elapsed = sat(now - st[2])
@@ -337,9 +360,11 @@ local function tb_current(rate, scale, burst, st, now, rcur, rprev)
         ts = max(st[2], now)
         seen = st[3]
         used = st[4]
+        born = st[5]
     else
         tokens, ts, used = fresh_share(burst, rprev) * scale, now, 0
         seen = fresh_seen(burst, rcur, rprev)
+        born = born_at(now, rprev)
     end
     -- Other regions' new consumption comes out of what the bucket holds; the rest is owed
     -- (seen lags the figure, at most one burst) and comes out of the refill.
@@ -349,13 +374,14 @@ local function tb_current(rate, scale, burst, st, now, rcur, rprev)
     if fresh > 0 then
         seen = rcur - min(fresh - drained, burst)
     end
-    return tokens, ts, seen, used
+    return tokens, ts, seen, used, born
 end
 
 local function tb_evaluate(it, st, now, cost)
     local rate, burst, scale = it.p1, it.p2, it.wstart
     local cap = burst * scale
-    local tokens, _, _, used = tb_current(rate, scale, burst, st, now, it.rcur, it.rprev)
+    local tokens, _, _, used, born = tb_current(rate, scale, burst, st, now, it.rcur, it.rprev)
+    local gen = bucket_generation(it, born)
     -- A cost above the burst never fits (and cost × scale could pass 2^53).
     local probe = max(cost, 1)
     local need = cap + 1
@@ -367,7 +393,7 @@ local function tb_evaluate(it, st, now, cost)
         local after = tokens - cost * scale
         local remaining = idiv(after, scale)
         return { true, burst, remaining, ceil_div(cap - after, rate), 0, window,
-            bucket_usage(it, used_after(it, used, cost), remaining) }
+            bucket_usage(it, used_after(it, used, cost), remaining), gen }
     end
     local remaining = idiv(tokens, scale)
     local retry
@@ -377,23 +403,25 @@ local function tb_evaluate(it, st, now, cost)
         retry = ceil_div(need - tokens, rate)
     end
     return { false, burst, remaining, ceil_div(cap - tokens, rate), retry, window,
-        bucket_usage(it, used, remaining) }
+        bucket_usage(it, used, remaining), gen }
 end
 
 local function tb_take(it, st, now, cost)
     local rate, burst, scale = it.p1, it.p2, it.wstart
     local cap = burst * scale
-    local tokens, ts, seen, used = tb_current(rate, scale, burst, st, now, it.rcur, it.rprev)
+    local tokens, ts, seen, used, born = tb_current(rate, scale, burst, st, now, it.rcur, it.rprev)
     -- A charge above the burst empties the bucket, no more.
     tokens = sat(tokens - min(cost, burst) * scale)
     used = used_after(it, used, cost)
     local value
     local back = idiv(tokens, rate)
-    if seen == 0 and used == 0 and back * rate == tokens and back <= ts then
+    if seen == 0 and used == 0 and born == 0 and back * rate == tokens and back <= ts then
         value = fmt(ts - back)
     else
         value = fmt(tokens) .. ' ' .. fmt(ts) .. ' ' .. fmt(seen)
-        if used > 0 then
+        if born > 0 then
+            value = value .. ' ' .. fmt(used) .. ' ' .. fmt(born)
+        elseif used > 0 then
             value = value .. ' ' .. fmt(used)
         end
     end
@@ -401,39 +429,46 @@ local function tb_take(it, st, now, cost)
 end
 
 ---------------------------------------------------------------------------------------------
--- gcra: "tat seen used" (theoretical arrival time in µs, cumulative remote units applied,
--- units this region took in the key's generation), shortened to "tat seen" when used is 0
--- and to just "tat" when seen is 0 too (every region-scope rule): Redis then keeps the value
--- as an integer, 16 bytes instead of a 48-byte string allocation.
+-- gcra: "tat seen used born" (theoretical arrival time in µs, cumulative remote units
+-- applied, units this region took in the key's generation, the generation's birth in epoch
+-- ms), shortened to "tat seen used" when born is 0 (a key written before labels), to
+-- "tat seen" when used is 0 too, and to just "tat" when seen is 0 too (every region-scope
+-- rule): Redis then keeps the value as an integer, 16 bytes instead of a 48-byte string
+-- allocation.
 
 local function gcra_load(key, ki)
     local v, e = get_string(key, ki)
     if e then return nil, e end
     if v == nil then return nil, nil end
-    local a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
+    local a, b, c, d = match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+    if a == nil then
+        a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
+        d = '0'
+    end
     if a == nil then
         a, b = match(v, '^(%d+) (%d+)$')
-        c = '0'
+        c, d = '0', '0'
     end
     if a == nil then
-        a, b, c = match(v, '^(%d+)$'), '0', '0'
+        a, b, c, d = match(v, '^(%d+)$'), '0', '0', '0'
     end
-    local tat, seen, used = uint(a), uint(b), uint(c)
-    if tat == nil or seen == nil or used == nil then
-        return nil, corrupt(ki, 'gcra value ' .. format('%q', v) .. ' is not "tat [seen [used]]"')
+    local tat, seen, used, born = uint(a), uint(b), uint(c), uint(d)
+    if tat == nil or seen == nil or used == nil or born == nil then
+        return nil, corrupt(ki, 'gcra value ' .. format('%q', v) .. ' is not "tat [seen [used [born]]]"')
     end
-    return { tat, seen, used }, nil
+    return { tat, seen, used, born }, nil
 end
 
 -- t = the emission interval in µs (`algo::Rate::interval`).
 local function gcra_current(t, burst, st, now, rcur, rprev)
-    local tat, seen, used
+    local tat, seen, used, born
     if st then
-        tat, seen, used = st[1], st[2], st[3]
+        tat, seen, used, born = st[1], st[2], st[3], st[4]
     else
         -- Fresh: this region's share of the cells free (all of them unless shared), the
         -- rest left to the other regions' shares.
         tat, seen, used = now + (burst - fresh_share(burst, rprev)) * t, fresh_seen(burst, rcur, rprev), 0
+        born = born_at(now, rprev)
     end
     -- Fresh remote consumption up to one burst of debt; the rest is owed (seen lags).
     local fresh = sat(rcur - seen)
@@ -442,20 +477,21 @@ local function gcra_current(t, burst, st, now, rcur, rprev)
     if fresh > 0 then
         seen = rcur - min(fresh - applied, burst)
     end
-    return tat + applied * t, seen, used
+    return tat + applied * t, seen, used, born
 end
 
 local function gcra_evaluate(it, st, now, cost)
     local t, burst = it.p1, it.p2
     local tolerance = t * burst
-    local tat, _, used = gcra_current(t, burst, st, now, it.rcur, it.rprev)
+    local tat, _, used, born = gcra_current(t, burst, st, now, it.rcur, it.rprev)
+    local gen = bucket_generation(it, born)
     local probe_cost = max(cost, 1)
     local probe = tat + probe_cost * t
     if probe - now <= tolerance then
         local after = tat + cost * t
         local remaining = idiv(tolerance - (after - now), t)
         return { true, burst, remaining, after - now, 0, tolerance,
-            bucket_usage(it, used_after(it, used, cost), remaining) }
+            bucket_usage(it, used_after(it, used, cost), remaining), gen }
     end
     local remaining = idiv(sat(tolerance - (tat - now)), t)
     local retry
@@ -464,17 +500,20 @@ local function gcra_evaluate(it, st, now, cost)
     else
         retry = probe - now - tolerance
     end
-    return { false, burst, remaining, tat - now, retry, tolerance, bucket_usage(it, used, remaining) }
+    return { false, burst, remaining, tat - now, retry, tolerance, bucket_usage(it, used, remaining),
+        gen }
 end
 
 local function gcra_take(it, st, now, cost)
     local t, burst = it.p1, it.p2
-    local tat, seen, used = gcra_current(t, burst, st, now, it.rcur, it.rprev)
+    local tat, seen, used, born = gcra_current(t, burst, st, now, it.rcur, it.rprev)
     -- A charged refusal may not push the TAT beyond one full burst of debt.
     tat = min(tat + cost * t, now + t * burst)
     used = used_after(it, used, cost)
     local value = fmt(tat)
-    if used > 0 then
+    if born > 0 then
+        value = value .. ' ' .. fmt(seen) .. ' ' .. fmt(used) .. ' ' .. fmt(born)
+    elseif used > 0 then
         value = value .. ' ' .. fmt(seen) .. ' ' .. fmt(used)
     elseif seen > 0 then
         value = value .. ' ' .. fmt(seen)
@@ -513,7 +552,7 @@ local function fw_evaluate(limit, window, rcur, wend, st, now, cost)
     if not allowed then
         retry = wend - now
     end
-    return allowed, limit, sat(limit - used_after), wend - now, retry, window, local_after
+    return allowed, limit, sat(limit - used_after), wend - now, retry, window, local_after, 0
 end
 
 local function fw_take(key, wend, st, now, cost)
@@ -585,7 +624,7 @@ local function sw_evaluate(it, st, now, cost)
     if allowed then
         usage = lcur + cost
     end
-    return { allowed, limit, remaining, window - elapsed, retry, window, usage }
+    return { allowed, limit, remaining, window - elapsed, retry, window, usage, 0 }
 end
 
 local function sw_take(it, st, now, cost)
@@ -660,7 +699,7 @@ local function sl_evaluate(it, st, now, cost)
     else
         reset = 0
     end
-    return { allowed, limit, sat(limit - after), reset, retry, window, after }, nil
+    return { allowed, limit, sat(limit - after), reset, retry, window, after, 0 }, nil
 end
 
 local function sl_take(it, st, now, cost)
@@ -751,7 +790,7 @@ local function cc_evaluate(it, st, now, cost, rid)
             need = need - ec[2]
         end
     end
-    return { allowed, limit, sat(limit - after), timeout, retry, timeout, after }
+    return { allowed, limit, sat(limit - after), timeout, retry, timeout, after, 0 }
 end
 
 local function cc_take(it, st, now, cost, rid)
@@ -956,7 +995,7 @@ local function run_call(kb, ab, na)
     for i = 1, #outcomes do
         local o = outcomes[i]
         reply[#reply + 1] = o[1] and 1 or 0
-        for j = 2, 7 do
+        for j = 2, 8 do
             reply[#reply + 1] = o[j]
         end
     end

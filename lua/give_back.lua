@@ -9,8 +9,9 @@
 -- encodings are check.lua's, and so are its helpers below (a script cannot load another).
 --
 -- - token bucket: refilled to `now` as check.lua refills it, then `units` tokens added,
---   capped at the burst. `seen` and `used` stay as they are: a shared bucket's cumulative
---   `used` has been shipped to other regions, which merge it by max, so it never goes down.
+--   capped at the burst. `seen`, `used` and `born` stay as they are: a shared bucket's
+--   cumulative `used` has been shipped to other regions under its generation's label
+--   (`born`), which merge it by max, so it never goes down.
 -- - gcra: tat = max(now, tat - units x emission interval).
 -- - fixed window: count - units (not below 0), only while the window holding `now` is the
 --   one holding `taken_at`; otherwise the units expired with their window.
@@ -173,7 +174,7 @@ local function kept_ttl(to_full, seen, used, period)
 end
 
 ---------------------------------------------------------------------------------------------
--- token_bucket: "ts" or "tokens ts seen [used]" (check.lua's tb_load / tb_take)
+-- token_bucket: "ts" or "tokens ts seen [used [born]]" (check.lua's tb_load / tb_take)
 
 if code == 1 then
     local rate, burst, scale = p1, p2, wstart
@@ -181,17 +182,21 @@ if code == 1 then
     local v, e = get_string(key)
     if e then return e end
     if v == nil then return 0 end
-    local a, b, c, d = '0', match(v, '^(%d+)$'), '0', '0'
+    local a, b, c, d, f = '0', match(v, '^(%d+)$'), '0', '0', '0'
     if b == nil then
+        a, b, c, d, f = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+    end
+    if a == nil then
         a, b, c, d = match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+        f = '0'
     end
     if a == nil then
         a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
-        d = '0'
+        d, f = '0', '0'
     end
-    local tokens, ts, seen, used = uint(a), uint(b), uint(c), uint(d)
-    if tokens == nil or ts == nil or seen == nil or used == nil then
-        return corrupt('token bucket value ' .. format('%q', v) .. ' is not "ts" or "tokens ts seen [used]"')
+    local tokens, ts, seen, used, born = uint(a), uint(b), uint(c), uint(d), uint(f)
+    if tokens == nil or ts == nil or seen == nil or used == nil or born == nil then
+        return corrupt('token bucket value ' .. format('%q', v) .. ' is not "ts" or "tokens ts seen [used [born]]"')
     end
     -- core: token_bucket::current with no remote figure (a give-back drains nothing).
     tokens = min(tokens, cap)
@@ -207,11 +212,13 @@ if code == 1 then
     -- core: token_bucket::normalize
     local value
     local back = idiv(tokens, rate)
-    if seen == 0 and used == 0 and back * rate == tokens and back <= ts then
+    if seen == 0 and used == 0 and born == 0 and back * rate == tokens and back <= ts then
         value = fmt(ts - back)
     else
         value = fmt(tokens) .. ' ' .. fmt(ts) .. ' ' .. fmt(seen)
-        if used > 0 then
+        if born > 0 then
+            value = value .. ' ' .. fmt(used) .. ' ' .. fmt(born)
+        elseif used > 0 then
             value = value .. ' ' .. fmt(used)
         end
     end
@@ -220,28 +227,34 @@ if code == 1 then
 end
 
 ---------------------------------------------------------------------------------------------
--- gcra: "tat [seen [used]]" (check.lua's gcra_load / gcra_take)
+-- gcra: "tat [seen [used [born]]]" (check.lua's gcra_load / gcra_take)
 
 if code == 2 then
     local v, e = get_string(key)
     if e then return e end
     if v == nil then return 0 end
-    local a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
+    local a, b, c, d = match(v, '^(%d+) (%d+) (%d+) (%d+)$')
+    if a == nil then
+        a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
+        d = '0'
+    end
     if a == nil then
         a, b = match(v, '^(%d+) (%d+)$')
-        c = '0'
+        c, d = '0', '0'
     end
     if a == nil then
-        a, b, c = match(v, '^(%d+)$'), '0', '0'
+        a, b, c, d = match(v, '^(%d+)$'), '0', '0', '0'
     end
-    local tat, seen, used = uint(a), uint(b), uint(c)
-    if tat == nil or seen == nil or used == nil then
-        return corrupt('gcra value ' .. format('%q', v) .. ' is not "tat [seen [used]]"')
+    local tat, seen, used, born = uint(a), uint(b), uint(c), uint(d)
+    if tat == nil or seen == nil or used == nil or born == nil then
+        return corrupt('gcra value ' .. format('%q', v) .. ' is not "tat [seen [used [born]]]"')
     end
     -- units <= 10^9 and the interval <= 10^6: the product is exact.
     tat = max(now, sat(tat - units * p1))
     local value = fmt(tat)
-    if used > 0 then
+    if born > 0 then
+        value = value .. ' ' .. fmt(seen) .. ' ' .. fmt(used) .. ' ' .. fmt(born)
+    elseif used > 0 then
         value = value .. ' ' .. fmt(seen) .. ' ' .. fmt(used)
     elseif seen > 0 then
         value = value .. ' ' .. fmt(seen)

@@ -21,6 +21,11 @@
 //! - sliding window: `cur` and `prev` = Σ counts of the current and the previous window;
 //! - token bucket, GCRA: `cur` = Σ other regions' cumulative consumption; the bucket state
 //!   remembers how much of it it already drained (`seen`), so only the increase costs tokens.
+//!   A region's consumption is counted per *generation* of its key (the figure's label is the
+//!   key's birth stamp): when a region's key expired and restarted at 0, its last figure of
+//!   the older generation is carried as a base under the new one, so the region's part of the
+//!   sum never goes down and its new generation is drained from its first unit (see
+//!   [`RemoteCounts::merge`]).
 //!   The figure is always marked shared ([`Remote::shared_bucket`], heard of or not), so the
 //!   store keeps the region's cumulative `used` beside the bucket and answers it as the
 //!   outcome's `usage`: the figure the region ships ([`crate::ship::observed`]). It also
@@ -33,18 +38,24 @@
 //! *next* window for a sliding window). A cumulative figure has no window; a key's cumulative
 //! slots are dropped together once none of them rose for a whole refill period (by then the
 //! bucket has refilled what they drained). They are never dropped one at a time, which would
-//! make the sum dip and then undercount (the bucket's `seen` would stay above it).
+//! make the sum dip and then undercount (the bucket's `seen` would stay above it). A region's
+//! base of older generations lives in its slots and goes with them: it is one integer per
+//! slot however many times the key restarted (at most two generations per region are held,
+//! older ones folded in), and it is kept exactly as long as the figures it sits under, until
+//! none of the key's figures rose for a refill period, when every bucket that drained it has
+//! refilled it.
 //!
 //! Nothing here reads a clock: `now` is an argument, as everywhere in the core.
 
 use crate::algo::{Params, Remote};
 use crate::hash::{InlineKey, Keyed, KeyedMap};
-use crate::time::Micros;
+use crate::time::{MILLI, Micros, SECOND};
 
 /// Where a rule's figure lives in time: which window it belongs to and until when it counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FigureWindow {
-    /// Start of the window (0 for cumulative figures, which have none).
+    /// Start of the window; for a cumulative figure its generation's label (the key's birth,
+    /// [`crate::Outcome::generation`]), which [`figure_window`] does not know: 0 there.
     pub start: Micros,
     /// When the figure stops weighing in any decision.
     pub expires: Micros,
@@ -108,11 +119,22 @@ fn reported_window(params: &Params, start: Micros, now: Micros) -> Option<Figure
             })
         }
         Params::TokenBucket { .. } | Params::Gcra { .. } => {
-            (start == 0).then(|| figure_window(params, now)).flatten()
+            // A generation's label is a birth stamp in whole ms (0: a sender before labels),
+            // never far ahead of this clock: a far-future label would make every later true
+            // generation look older, and be ignored.
+            let ahead = params.window().max(LABEL_AHEAD);
+            let ok = start.is_multiple_of(MILLI) && start <= now.saturating_add(ahead);
+            ok.then(|| figure_window(params, now))
+                .flatten()
+                .map(|fw| FigureWindow { start, ..fw })
         }
         Params::SlidingLog { .. } | Params::Concurrency { .. } => None,
     }
 }
+
+/// How far ahead of the receiver's clock a bucket generation's label may be (or its refill
+/// period, when longer): a sender's clock that much ahead is broken.
+pub const LABEL_AHEAD: Micros = 60 * SECOND;
 
 /// What [`RemoteCounts::merge`] did with a report; the gossip layer counts these in metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,8 +159,13 @@ pub enum Merged {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     region: u16,
+    /// A cumulative figure (token bucket, GCRA), whose `start` is its generation's label.
+    cumulative: bool,
     start: Micros,
     count: u64,
+    /// Cumulative figures only: older generations of this region carried under this one
+    /// (their last figures, summed); 0 for windows.
+    base: u64,
     expires: Micros,
 }
 
@@ -192,7 +219,9 @@ impl RemoteCounts {
     }
 
     /// Merges one report: `region` counted `count` for `key` in the window starting at
-    /// `start` (0 for cumulative figures). Keeps the max per `(region, key, window)`.
+    /// `start` (for a cumulative figure, its generation's label: the key's birth, 0 from a
+    /// sender before labels). Keeps the max per `(region, key, window)`; a cumulative figure
+    /// of a newer generation carries the region's older ones as a base (`merge_generation`).
     ///
     /// `params` are the rule's numbers, found by the receiver from the rule id in the key;
     /// they say how long the figure counts and whether `start` is a window of the rule.
@@ -230,7 +259,11 @@ impl RemoteCounts {
                 .or_default(),
         };
         let before = slots.len();
-        let result = merge_slot(slots, region, fw, count, now);
+        let result = if fw.cumulative {
+            merge_generation(slots, region, fw, count)
+        } else {
+            merge_slot(slots, region, fw, count, now)
+        };
         self.slots = self.slots + slots.len() - before;
         result
     }
@@ -283,7 +316,7 @@ impl RemoteCounts {
         let mut dropped = 0;
         self.keys.retain(|_, slots| {
             let before = slots.len();
-            let cumulative = slots.first().is_some_and(|s| s.start == 0);
+            let cumulative = slots.first().is_some_and(|s| s.cumulative);
             if cumulative {
                 if slots.iter().all(|s| s.expires <= now) {
                     slots.clear();
@@ -343,10 +376,9 @@ impl RemoteCounts {
 }
 
 fn sum(slots: &[Slot], keep: impl Fn(&Slot) -> bool) -> u64 {
-    slots
-        .iter()
-        .filter(|s| keep(s))
-        .fold(0u64, |acc, s| acc.saturating_add(s.count))
+    slots.iter().filter(|s| keep(s)).fold(0u64, |acc, s| {
+        acc.saturating_add(s.count).saturating_add(s.base)
+    })
 }
 
 /// The max-merge of one figure into a key's slots.
@@ -383,8 +415,122 @@ fn merge_slot(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64, now:
     }
     slots.push(Slot {
         region,
+        cumulative: fw.cumulative,
         start: fw.start,
         count,
+        base: 0,
+        expires: fw.expires,
+    });
+    if count == 0 {
+        Merged::Unchanged
+    } else {
+        Merged::New
+    }
+}
+
+/// Generations a region keeps per key, the older ones folded into the base: the current one
+/// and the one before, so a late figure of the generation that just ended still counts.
+const GENERATIONS_PER_REGION: usize = 2;
+
+/// The merge of one cumulative figure labelled with its generation (`fw.start`, the key's
+/// birth; 0 from a sender before labels) into a key's slots.
+///
+/// Within a generation, the max. A newer generation gets a slot of its own beside the
+/// region's last one; a third folds the oldest's figure (and base) into the base of the
+/// one after it, so what the region adds to the sum, Σ (base + figure) over its slots, never
+/// goes down and a restarted key is drained from its first unit. A label older than every
+/// generation held changes nothing (it may have been folded: adding it again would drain its
+/// units twice). Unlabelled figures (an older sender's) and labelled ones of the same region
+/// are never added up: a label-0 figure is max-merged into the region's only slot while that
+/// slot is unlabelled, and ignored once a labelled one is held; a labelled figure takes over
+/// an unlabelled slot as the same generation (max). So a region of older daemons behaves as
+/// before, and a region mixing both never counts a unit twice.
+fn merge_generation(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64) -> Merged {
+    let raise = |s: &mut Slot| {
+        if count <= s.count {
+            return Merged::Unchanged;
+        }
+        s.count = count;
+        // A cumulative figure that rises is in use: it counts for another refill period.
+        s.expires = s.expires.max(fw.expires);
+        Merged::Raised
+    };
+    let newest = slots
+        .iter()
+        .filter(|s| s.region == region)
+        .map(|s| s.start)
+        .max();
+    match newest {
+        None => {
+            slots.push(Slot {
+                region,
+                cumulative: true,
+                start: fw.start,
+                count,
+                base: 0,
+                expires: fw.expires,
+            });
+            return if count == 0 {
+                Merged::Unchanged
+            } else {
+                Merged::New
+            };
+        }
+        // An unlabelled slot (the only one the region can have then) and a labelled figure:
+        // the same generation, now labelled.
+        Some(0) if fw.start > 0 => {
+            let Some(s) = slots.iter_mut().find(|s| s.region == region) else {
+                return Merged::Unchanged;
+            };
+            s.start = fw.start;
+            return raise(s);
+        }
+        Some(n) if fw.start == 0 && n > 0 => return Merged::Unchanged,
+        _ => {}
+    }
+    if let Some(s) = slots
+        .iter_mut()
+        .find(|s| s.region == region && s.start == fw.start)
+    {
+        return raise(s);
+    }
+    let held = slots.iter().filter(|s| s.region == region).count();
+    let oldest = slots
+        .iter()
+        .filter(|s| s.region == region)
+        .map(|s| s.start)
+        .min()
+        .unwrap_or(0);
+    if held >= GENERATIONS_PER_REGION {
+        if fw.start < oldest {
+            return Merged::Unchanged;
+        }
+        // Fold the oldest generation into the next one's base.
+        let Some(i) = slots
+            .iter()
+            .position(|s| s.region == region && s.start == oldest)
+        else {
+            return Merged::Unchanged;
+        };
+        let gone = slots.swap_remove(i);
+        let next = slots
+            .iter_mut()
+            .filter(|s| s.region == region)
+            .min_by_key(|s| s.start);
+        if let Some(next) = next {
+            next.base = next
+                .base
+                .saturating_add(gone.base)
+                .saturating_add(gone.count);
+            next.expires = next.expires.max(gone.expires);
+        }
+    }
+    slots.push(Slot {
+        region,
+        cumulative: fw.cumulative,
+        start: fw.start,
+        count,
+        base: 0,
         expires: fw.expires,
     });
     if count == 0 {
@@ -600,6 +746,162 @@ mod tests {
         }
         // Alone: the burst and 10 s of refill. The other region's units cost tokens.
         assert!(took < 20 + 100, "{took}");
+    }
+
+    #[test]
+    fn a_restarted_region_is_drained_from_its_first_unit() {
+        let mut rc = RemoteCounts::new("us", 100, 0);
+        let p = bucket();
+        let (l1, l2, l3) = (1_000 * MILLI, 500_000 * MILLI, 900_000 * MILLI);
+        assert_eq!(rc.merge("eu", "k", &p, l1, 500, l1), Merged::New);
+        assert_eq!(rc.merge("ap", "k", &p, l1, 7, l1), Merged::New);
+        // eu's key expired and started again: its new figures add to the old one's.
+        assert_eq!(rc.merge("eu", "k", &p, l2, 1, l2), Merged::New);
+        assert_eq!(rc.remote_for("k", &p, l2, 3).cur, 507 + 1);
+        assert_eq!(rc.merge("eu", "k", &p, l2, 30, l2), Merged::Raised);
+        // A late figure of the generation before still counts (two are held)...
+        assert_eq!(rc.merge("eu", "k", &p, l1, 520, l2), Merged::Raised);
+        assert_eq!(rc.remote_for("k", &p, l2, 3).cur, 527 + 30);
+        // ...and a third folds the oldest into the base: the sum does not move.
+        assert_eq!(rc.merge("eu", "k", &p, l3, 0, l3), Merged::Unchanged);
+        assert_eq!(rc.remote_for("k", &p, l3, 3).cur, 557);
+        assert_eq!(rc.merge("eu", "k", &p, l3, 4, l3), Merged::Raised);
+        assert_eq!(rc.remote_for("k", &p, l3, 3).cur, 561);
+        // The folded generation arriving late changes nothing: its units are in the base.
+        assert_eq!(rc.merge("eu", "k", &p, l1, 600, l3), Merged::Unchanged);
+        assert_eq!(rc.remote_for("k", &p, l3, 3).cur, 561);
+        assert_eq!(rc.slots(), 3, "eu holds two generations, ap one");
+        // A label that is not a whole ms, or far ahead of this clock, is refused.
+        assert_eq!(rc.merge("eu", "k", &p, l3 + 1, 9, l3), Merged::Rejected);
+        let far = l3 + LABEL_AHEAD.max(p.window()) + MILLI;
+        assert_eq!(rc.merge("eu", "k", &p, far, 9, l3), Merged::Rejected);
+        // Dropped together, base and all, once none rose for a refill period.
+        assert_eq!(rc.sweep(l3 + 2 * p.window()), 3);
+        assert!(rc.is_empty());
+    }
+
+    #[test]
+    fn unlabelled_figures_keep_the_max_and_never_add_to_labelled_ones() {
+        let p = bucket();
+        let t = 1_000 * MILLI;
+        // A region of older daemons: one generation, the max, as before labels.
+        let mut rc = RemoteCounts::new("us", 100, 0);
+        rc.merge("eu", "k", &p, 0, 40, t);
+        rc.merge("eu", "k", &p, 0, 10, t);
+        assert_eq!(rc.remote_for("k", &p, t, 3).cur, 40);
+        // An upgraded daemon of that region labels the same key: the same units, the max.
+        assert_eq!(rc.merge("eu", "k", &p, t, 42, t), Merged::Raised);
+        assert_eq!(rc.remote_for("k", &p, t, 3).cur, 42);
+        // Once labelled, an older daemon's unlabelled figure is not added (nor max-merged).
+        assert_eq!(rc.merge("eu", "k", &p, 0, 50, t), Merged::Unchanged);
+        assert_eq!(rc.remote_for("k", &p, t, 3).cur, 42);
+        // Labelled first, then unlabelled: the same.
+        let mut rc = RemoteCounts::new("us", 100, 0);
+        rc.merge("eu", "k", &p, t, 50, t);
+        assert_eq!(rc.merge("eu", "k", &p, 0, 52, t), Merged::Unchanged);
+        assert_eq!(rc.remote_for("k", &p, t, 3).cur, 50);
+    }
+
+    /// One bucket figure: (region 0..3, generation 1..=4, figure within it).
+    type GenReport = (u8, u64, u64);
+
+    /// Every region's generations, each a rising series of figures: what regions ship.
+    fn generations() -> impl Strategy<Value = Vec<GenReport>> {
+        prop::collection::vec((0u8..3, 1u64..=4, 0u64..200), 0..80).prop_map(|mut v| {
+            // Figures rise within a generation, as `used` does: sort each (region,
+            // generation)'s figures, in the order the region made them.
+            v.sort_by_key(|&(r, g, c)| (r, g, c));
+            v
+        })
+    }
+
+    /// Σ over regions of Σ over generations of the largest figure in `reps`: every unit
+    /// the regions took, each once.
+    fn generations_truth(reps: &[GenReport]) -> u64 {
+        let mut best = std::collections::BTreeMap::new();
+        for &(r, g, c) in reps {
+            let e = best.entry((r, g)).or_insert(0u64);
+            *e = (*e).max(c);
+        }
+        best.values().sum()
+    }
+
+    fn label(g: u64) -> Micros {
+        g * 100_000 * MILLI
+    }
+
+    proptest! {
+        /// Figures of several generations per region, in any order, lost or repeated: the
+        /// sum never goes down and never counts a unit twice (it stays within what was
+        /// delivered, each generation's max once). Delivered in the order they were made,
+        /// it is exactly that: a new generation is drained from its first unit. Fails on
+        /// the merge before labels (a labelled figure was refused; unlabelled, a region
+        /// held only its largest figure of any generation).
+        #[test]
+        fn generations_sum_monotonically_and_never_twice(
+            reps in generations(),
+            seed in any::<u64>(),
+            dup in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+            lost in prop::collection::vec(any::<bool>(), 80),
+        ) {
+            let p = Params::Gcra { rate: Rate::per_second(1), burst: 1_000_000 };
+            let now = label(4);
+            let feed = |msgs: &[GenReport]| {
+                let mut rc = RemoteCounts::new("us", 10, 0);
+                let mut last = 0;
+                for &(r, g, c) in msgs {
+                    rc.merge(REGIONS[usize::from(r)], "k", &p, label(g), c, now);
+                    let cur = rc.remote_for("k", &p, now, 3).cur;
+                    assert!(cur >= last, "the sum went down: {last} -> {cur}");
+                    last = cur;
+                }
+                last
+            };
+            // In order: exact.
+            prop_assert_eq!(feed(&reps), generations_truth(&reps));
+            // Lost, repeated and shuffled: monotone (checked in `feed`), never above.
+            let mut msgs: Vec<GenReport> = reps
+                .iter()
+                .zip(&lost)
+                .filter(|(_, l)| !**l)
+                .map(|(x, _)| *x)
+                .collect();
+            let delivered = generations_truth(&msgs);
+            for ix in &dup {
+                if !msgs.is_empty() {
+                    msgs.push(msgs[ix.index(msgs.len())]);
+                }
+            }
+            let mut s = seed;
+            for i in (1..msgs.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                msgs.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let got = feed(&msgs);
+            prop_assert!(got <= delivered, "{got} > {delivered} delivered");
+        }
+
+        /// A bucket planned on the merged figure after every delivery drains every unit the
+        /// other regions took across their generations exactly once, and its `seen` never
+        /// lags the sum (the burst is larger than everything taken).
+        #[test]
+        fn a_bucket_drains_every_generation_once(reps in generations()) {
+            let p = Params::TokenBucket { rate: Rate::per_second(1), burst: 1_000_000 };
+            let now = label(4);
+            let mut rc = RemoteCounts::new("us", 10, 0);
+            let peek = |remote| Request { now, cost: 0, request_id: "", remote };
+            let mut st = Some(algo::take(&p, None, &Request { cost: 1, ..peek(Remote::shared_bucket(0, 1)) }).0);
+            for &(r, g, c) in &reps {
+                rc.merge(REGIONS[usize::from(r)], "k", &p, label(g), c, now);
+                let remote = rc.remote_for("k", &p, now, 1);
+                st = Some(algo::take(&p, st.as_ref(), &Request { cost: 0, ..peek(remote) }).0);
+                if let Some(State::TokenBucket { seen, .. }) = &st {
+                    prop_assert_eq!(*seen, remote.cur, "seen lags the sum");
+                }
+            }
+            let left = algo::evaluate(&p, st.as_ref(), &peek(rc.remote_for("k", &p, now, 1)));
+            prop_assert_eq!(left.remaining, 1_000_000 - 1 - generations_truth(&reps));
+        }
     }
 
     /// One report: (region 0..3, key 0..3, window 0..3, count).

@@ -116,6 +116,9 @@ pub struct Observed {
     pub rank: u64,
     /// The share of the limit `busy` must pass (0 for a key heard of, with [`BusyOn::Heard`]).
     pub threshold: Threshold,
+    /// A bucket figure's generation label ([`Outcome::generation`]), shipped as its window
+    /// start; 0 for windows (their window comes from the decision's `now`).
+    pub generation: Micros,
 }
 
 impl Observed {
@@ -126,6 +129,7 @@ impl Observed {
             busy: c,
             rank: c,
             threshold: Threshold::percent(pct),
+            generation: 0,
         }
     }
 }
@@ -158,6 +162,7 @@ pub fn observed(params: &Params, outcome: &Outcome, rule: BusyRule, pct: u8) -> 
                 busy,
                 rank: busy.max(seen * u64::from(heard)),
                 threshold: if heard { Threshold(0) } else { threshold },
+                generation: 0,
             })
         }
         Kind::TokenBucket | Kind::Gcra => Some(Observed {
@@ -169,6 +174,7 @@ pub fn observed(params: &Params, outcome: &Outcome, rule: BusyRule, pct: u8) -> 
             },
             rank: seen,
             threshold,
+            generation: outcome.generation,
         }),
         Kind::SlidingLog | Kind::Concurrency => None,
     }
@@ -209,13 +215,13 @@ pub fn observations<'p, 'a>(
 }
 
 /// One figure to send: the region's `count` for `key` in the window starting at
-/// `window_start` (0 for cumulative bucket figures).
+/// `window_start` (for a cumulative bucket figure, its generation's label).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShipEntry {
     /// Store key ([`crate::keys`]): the receiver finds the rule from it.
     pub key: String,
     /// Window start, epoch microseconds (whole milliseconds for every rule the validator
-    /// accepts), or 0.
+    /// accepts); for a bucket its generation's birth (whole milliseconds; 0 unlabelled).
     pub window_start: Micros,
     /// The figure.
     pub count: u64,
@@ -326,10 +332,16 @@ impl LocalUsage {
             busy,
             rank,
             threshold,
+            generation,
         } = o;
-        let Some(fw) = figure_window(params, now) else {
+        let Some(mut fw) = figure_window(params, now) else {
             return;
         };
+        if fw.cumulative {
+            // A bucket's figure is tracked per generation: a restarted key's figures go
+            // under their own label, never max-merged with the old generation's.
+            fw.start = generation;
+        }
         let limit = params.limit();
         let windows = match self.keys.get_mut(key.as_bytes()) {
             Some(w) => w,
@@ -517,6 +529,7 @@ mod tests {
             busy,
             rank: busy,
             threshold: Threshold::percent(pct),
+            generation: 0,
         }
     }
 
@@ -690,6 +703,7 @@ mod tests {
             retry_after: 0,
             window: MIN,
             usage,
+            generation: 0,
         }
     }
 

@@ -142,14 +142,17 @@ async fn corrupt_values_are_corrupt() {
     for (name, value) in [
         ("tb", "abc"),
         ("tb", "1 2"),
-        // A shared bucket's `used` is a fourth field (GCRA: third); one more is corrupt.
-        ("tb", "1 2 3 4 5"),
+        // A shared bucket's `used` is a fourth field and its generation's birth a fifth
+        // (GCRA: third and fourth); one more is corrupt.
+        ("tb", "1 2 3 4 5 6"),
         ("tb", "1 2 3 9007199254740992"),
+        ("tb", "1 2 3 4 9007199254740992"),
         ("tb", "-5 1 0"),
         ("tb", "99999999999999999999 1 0"),
         ("tb", "1.5 2 0"),
         ("gcra", "x"),
-        ("gcra", "1 2 3 4"),
+        ("gcra", "1 2 3 4 5"),
+        ("gcra", "1 2 3 x"),
         ("gcra", "1 2 x"),
         ("gcra", "1 "),
         ("fw", "ten"),
@@ -325,13 +328,14 @@ fn malformed_arguments_answer_badarg_and_write_nothing() {
         eval(&["sl:{ba}:ok"], &[&header, "r", &good]).expect("a good call"),
         "1"
     );
-    // Two items take the general path: allowed, then seven fields per item.
+    // Two items take the general path: allowed, then eight fields per item (the last, a
+    // shared bucket's generation label, 0 for a window).
     let two = eval(
         &["sl:{ba}:ok2", "sl:{ba}:ok3"],
         &[&header, "r", &good, &good],
     )
     .expect("a good call of two items");
-    let fields = format!("1\n5\n4\n{}\n0\n60000000\n1", we - T0);
+    let fields = format!("1\n5\n4\n{}\n0\n60000000\n1\n0", we - T0);
     assert_eq!(two, format!("1\n{fields}\n{fields}"));
     let too_big = format!("3 9007199254740992 60000000 1 0 0 {ws} {we}");
     let cases: Vec<(&str, Vec<&str>, Vec<String>)> = vec![

@@ -122,6 +122,12 @@ macro_rules! suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_restarted_shared_bucket_is_a_new_generation() {
+                let f = $fixture().await;
+                cases::restarted_shared_bucket_is_a_new_generation(&*f.store, "").await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn huge_charged_refusal_on_a_log() {
                 let f = $fixture().await;
                 cases::huge_charged_refusal_on_a_log(&*f.store, "").await;

@@ -8,7 +8,9 @@
 //! by field, the TTL the script set must be the TTL `take` returned (in ms, rounded up), and
 //! the state stored in Redis must decode to the core's state. Every algorithm alone, calls
 //! mixing algorithms with shadow and charge_rejected flags, calendar windows, and (for the
-//! algorithms whose core clamps time) clocks that step backwards.
+//! algorithms whose core clamps time) clocks that step backwards. Bucket keys now and then
+//! expire (a restart: the next call starts a new generation, labelled with its birth) or are
+//! rewritten as a key from before generation labels (`born` 0), on both sides alike.
 //!
 //! Each call runs in MULTI/EXEC together with its PTTL reads and a PERSIST of its keys: the
 //! sequences run in virtual time, so a key must never expire in real time behind the model's
@@ -331,6 +333,75 @@ struct Tally {
     kept_full: u64,
     /// Calls on a fresh bucket key shared by 2 to 5 regions (which starts with a share).
     fresh_shares: u64,
+    /// Bucket keys expired under the sequence (a restart), and outcomes of a shared bucket
+    /// labelled with its generation's birth.
+    restarts: u64,
+    labelled: u64,
+    /// Labelled bucket states rewritten as a key from before labels (`born` 0).
+    unlabelled: u64,
+}
+
+/// Between calls, a bucket key may expire (its generation ends; the next call starts a new
+/// one, labelled with its birth) or be rewritten as an older daemon wrote it (no label), in
+/// Redis and in the model alike.
+fn restart_or_unlabel(
+    conn: &mut redis::Connection,
+    rng: &mut Rng,
+    items: &[Item],
+    states: &mut [Option<State>],
+    now: Micros,
+    tally: &mut Tally,
+) {
+    for (item, st) in items.iter().zip(states.iter_mut()) {
+        if !matches!(alg_of(&item.params), Alg::Tb | Alg::Gcra) || st.is_none() {
+            continue;
+        }
+        if rng.chance(0.08) {
+            for k in item_keys(item, now) {
+                let _: i64 = redis::cmd("DEL").arg(&k).query(conn).expect("DEL");
+            }
+            *st = None;
+            tally.restarts += 1;
+        } else if rng.chance(0.05) {
+            let old = match st.take() {
+                Some(State::TokenBucket {
+                    tokens,
+                    ts,
+                    seen,
+                    used,
+                    born,
+                }) if born > 0 => State::TokenBucket {
+                    tokens,
+                    ts,
+                    seen,
+                    used,
+                    born: 0,
+                },
+                Some(State::Gcra {
+                    tat,
+                    seen,
+                    used,
+                    born,
+                }) if born > 0 => State::Gcra {
+                    tat,
+                    seen,
+                    used,
+                    born: 0,
+                },
+                other => {
+                    *st = other;
+                    continue;
+                }
+            };
+            let () = redis::cmd("SET")
+                .arg(&item.key)
+                .arg(old.encode())
+                .query(conn)
+                .expect("SET");
+            *st = Some(old);
+            tally.unlabelled += 1;
+        }
+    }
 }
 
 /// Counts a bucket write whose key outlives its refill (`token_bucket::kept_past_full`).
@@ -542,6 +613,7 @@ fn run_sequence(
         } else {
             now += gap(&mut rng);
         }
+        restart_or_unlabel(conn, &mut rng, &items, &mut states, now, tally);
         for item in items.iter_mut() {
             let alg = alg_of(&item.params);
             if rng.chance(0.05) {
@@ -594,6 +666,7 @@ fn run_sequence(
             )
         };
         assert_eq!(got, want, "outcomes differ: {}", ctx());
+        tally.labelled += want.outcomes.iter().filter(|o| o.generation > 0).count() as u64;
 
         // The TTL of every written key is the core's TTL in ms, rounded up, at least 1; a
         // state that carries nothing is deleted. PTTL reads the real clock, which moves a
@@ -628,10 +701,15 @@ fn run_sequence(
                 ctx()
             );
             if let Some(State::TokenBucket {
-                tokens, seen, used, ..
+                tokens,
+                seen,
+                used,
+                born,
+                ..
             }) = &in_core
             {
-                tally.tb_forms[usize::from(*tokens != 0 || *seen != 0 || *used != 0)] += 1;
+                tally.tb_forms
+                    [usize::from(*tokens != 0 || *seen != 0 || *used != 0 || *born != 0)] += 1;
             }
             tally.by_alg[ALL
                 .iter()
@@ -919,6 +997,10 @@ fn lua_and_rust_agree_on_random_sequences() {
         assert!(tally.kept > 200 && tally.kept_full > 10, "{tally:?}");
         // Fresh shared keys among several regions, compared at their share.
         assert!(tally.fresh_shares > 100, "{tally:?}");
+        // Keys restarted and labelled with their new generation's birth, and keys from
+        // before labels carried on unlabelled, many times each.
+        assert!(tally.restarts > 200 && tally.labelled > 1_000, "{tally:?}");
+        assert!(tally.unlabelled > 50, "{tally:?}");
         // Every leasable algorithm was given back to, with and without effect.
         for (i, alg) in ALL.iter().enumerate() {
             if leasable(*alg) {

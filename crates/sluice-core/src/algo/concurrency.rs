@@ -57,6 +57,7 @@ pub(super) fn evaluate(
         retry_after,
         window: timeout,
         usage: after,
+        generation: 0,
     }
 }
 

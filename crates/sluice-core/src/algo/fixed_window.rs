@@ -53,6 +53,7 @@ pub(super) fn evaluate(
         retry_after: if allowed { 0 } else { end - now },
         window: window.nominal(),
         usage: local_after,
+        generation: 0,
     }
 }
 

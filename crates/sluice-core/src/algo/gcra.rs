@@ -5,7 +5,7 @@
 //! (`10/1m`: 6 s, `1/1h`, 1,000/s). Where that rounding matters (above ~10,000/s) use
 //! `token_bucket`, which is exact at every rate.
 
-use super::token_bucket::{kept_past_full, usage, used_after};
+use super::token_bucket::{born_at, generation, kept_past_full, usage, used_after};
 use super::{MAX_USED, Outcome, Rate, Request, State, probe_cost};
 use crate::time::Micros;
 
@@ -30,17 +30,29 @@ pub(super) fn ttl(
 /// of debt; the remote figure seen (what was not applied is owed: `seen` lags the figure by
 /// it, at most one burst, and it is applied as the TAT comes back); this region's cumulative
 /// `used` (0 for a fresh key: a new generation, which leaves [`super::Remote::fresh_share`]
-/// cells and the rest of the burst to the other regions, [`super::Remote::fresh_seen`]).
-fn current(rate: Rate, burst: u64, state: Option<&State>, req: &Request<'_>) -> (Micros, u64, u64) {
+/// cells and the rest of the burst to the other regions, [`super::Remote::fresh_seen`]);
+/// the generation's birth stamp.
+fn current(
+    rate: Rate,
+    burst: u64,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> (Micros, u64, u64, u64) {
     let t = rate.interval();
-    let (tat, seen, used) = match state {
-        Some(State::Gcra { tat, seen, used }) => (*tat, *seen, *used),
+    let (tat, seen, used, born) = match state {
+        Some(State::Gcra {
+            tat,
+            seen,
+            used,
+            born,
+        }) => (*tat, *seen, *used, *born),
         // Fresh: every cell free, or this region's share of the burst for a shared rule (the
         // TAT as if the rest had just been taken).
         _ => (
             req.now + (burst - req.remote.fresh_share(burst)) * t,
             req.remote.fresh_seen(burst),
             0,
+            born_at(req.now, req),
         ),
     };
     let fresh = req.remote.cur.saturating_sub(seen);
@@ -52,7 +64,7 @@ fn current(rate: Rate, burst: u64, state: Option<&State>, req: &Request<'_>) -> 
     } else {
         seen
     };
-    (tat + applied * t, seen, used)
+    (tat + applied * t, seen, used, born)
 }
 
 pub(super) fn evaluate(
@@ -63,7 +75,8 @@ pub(super) fn evaluate(
 ) -> Outcome {
     let t = rate.interval();
     let tolerance = t * burst;
-    let (tat, _, used) = current(rate, burst, state, req);
+    let (tat, _, used, born) = current(rate, burst, state, req);
+    let generation = generation(born, req);
     let now = req.now;
     let probe = tat + probe_cost(req.cost) * t;
     if probe - now <= tolerance {
@@ -82,6 +95,7 @@ pub(super) fn evaluate(
                 remaining,
                 req,
             ),
+            generation,
         }
     } else {
         let remaining = tolerance.saturating_sub(tat - now) / t;
@@ -98,6 +112,7 @@ pub(super) fn evaluate(
             retry_after,
             window: tolerance,
             usage: usage(used, burst, remaining, req),
+            generation,
         }
     }
 }
@@ -109,12 +124,17 @@ pub(super) fn take(
     req: &Request<'_>,
 ) -> (State, Micros) {
     let t = rate.interval();
-    let (tat, seen, used) = current(rate, burst, state, req);
+    let (tat, seen, used, born) = current(rate, burst, state, req);
     // A charged refusal may not push the TAT beyond one full burst of debt.
     let tat = (tat + req.cost * t).min(req.now + t * burst);
     let used = used_after(used, req.cost, burst, req);
     (
-        State::Gcra { tat, seen, used },
+        State::Gcra {
+            tat,
+            seen,
+            used,
+            born,
+        },
         ttl(rate, burst, tat, req.now, seen, used),
     )
 }

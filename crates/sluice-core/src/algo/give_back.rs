@@ -71,16 +71,24 @@ pub fn give_back(
                 request_id: "",
                 remote: Remote::default(),
             };
-            let (tokens, ts, seen, used) = token_bucket::current(rate, burst, Some(st), &req);
+            let (tokens, ts, seen, used, born) = token_bucket::current(rate, burst, Some(st), &req);
             // `units` past the burst fill it all the same: bounding it keeps the sum exact.
             let scale = rate.scale();
             let tokens = (tokens + g.units.min(burst) * scale).min(burst * scale);
             Some((
-                token_bucket::normalize(tokens, ts, seen, used, rate.units()),
+                token_bucket::normalize(tokens, ts, (seen, used, born), rate.units()),
                 token_bucket::ttl(rate, burst, tokens, seen, used),
             ))
         }
-        (Params::Gcra { rate, burst }, State::Gcra { tat, seen, used }) => {
+        (
+            Params::Gcra { rate, burst },
+            State::Gcra {
+                tat,
+                seen,
+                used,
+                born,
+            },
+        ) => {
             let back = g.units.saturating_mul(rate.interval());
             let tat = tat.saturating_sub(back).max(g.now);
             Some((
@@ -88,6 +96,7 @@ pub fn give_back(
                     tat,
                     seen: *seen,
                     used: *used,
+                    born: *born,
                 },
                 gcra::ttl(*rate, *burst, tat, g.now, *seen, *used),
             ))
@@ -280,8 +289,9 @@ mod tests {
                 State::TokenBucket {
                     seen: 5,
                     used: 10,
+                    born,
                     ..
-                }
+                } if born == T0 / 1000
             ),
             "{back:?}"
         );
@@ -298,7 +308,8 @@ mod tests {
             State::Gcra {
                 tat: T0 + 600_000,
                 seen: 5,
-                used: 10
+                used: 10,
+                born: T0 / 1000
             }
         );
     }
@@ -316,7 +327,8 @@ mod tests {
                 State::Gcra {
                     tat: T0 + 700_000,
                     seen: 0,
-                    used: 0
+                    used: 0,
+                    born: 0
                 },
                 700_000
             ))
@@ -328,7 +340,8 @@ mod tests {
                 State::Gcra {
                     tat: T0 + 1,
                     seen: 0,
-                    used: 0
+                    used: 0,
+                    born: 0
                 },
                 0
             ))

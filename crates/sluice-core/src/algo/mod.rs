@@ -288,6 +288,11 @@ pub struct Outcome {
     /// nothing here even when charged: the charge shows in the next outcome); for an unshared
     /// bucket, how drained it is (burst − remaining).
     pub usage: u64,
+    /// The label `usage` ships under: for a shared token bucket or GCRA, its generation's
+    /// birth (the key's creation, epoch µs, a whole millisecond; 0 for a key written before
+    /// labels), so other regions tell a restarted key's figure from the old one's
+    /// (`merge::RemoteCounts`); 0 for every other rule (windows label by window start).
+    pub generation: Micros,
 }
 
 /// The effective cost: a peek reports as if for one unit.

@@ -351,17 +351,21 @@ proptest! {
         let later = now + p.window();
         let n = admitted_at_once(&p, st, later, heard);
         prop_assert!(n <= burst && n + rounding >= burst, "{n} of {burst} a refill later (rounding {rounding})");
-        // R = 1: today's fresh bucket, full, having seen the figure it hears.
-        let full = |now: Micros| if gcra {
-            State::Gcra { tat: now, seen: cur, used: 0 }
-        } else {
-            State::TokenBucket { tokens: burst * rate.scale(), ts: now, seen: cur, used: 0 }
+        // R = 1: today's fresh bucket, full, having seen the figure it hears, born now when
+        // shared (a region-scope key is never labelled).
+        let full = |now: Micros, prev: u64| {
+            let born = if prev > 0 { now / MILLI } else { 0 };
+            if gcra {
+                State::Gcra { tat: now, seen: cur, used: 0, born }
+            } else {
+                State::TokenBucket { tokens: burst * rate.scale(), ts: now, seen: cur, used: 0, born }
+            }
         };
         for prev in [0, 1] {
             let r = Request { now, cost: 0, request_id: "", remote: Remote { cur, prev } };
             for (gap, cost) in &s {
                 let r = Request { now: now + gap, cost: *cost, ..r };
-                let st = full(r.now);
+                let st = full(r.now, prev);
                 prop_assert_eq!(evaluate(&p, None, &r), evaluate(&p, Some(&st), &r));
                 prop_assert_eq!(take(&p, None, &r), take(&p, Some(&st), &r));
             }
@@ -391,9 +395,9 @@ fn any_leasable_state(field: u64, count: u64) -> impl Strategy<Value = (Params, 
         ]
     };
     prop_oneof![
-        (any_rate(), big(), n(), n(), n(), n())
+        (any_rate(), big(), n(), n(), n(), n(), n())
             .prop_filter("a burst the rate takes", |(r, b, ..)| r.fits(*b).is_ok())
-            .prop_map(|(rate, burst, tokens, ts, seen, used)| {
+            .prop_map(|(rate, burst, tokens, ts, seen, used, born)| {
                 (
                     Params::TokenBucket { rate, burst },
                     State::TokenBucket {
@@ -401,15 +405,21 @@ fn any_leasable_state(field: u64, count: u64) -> impl Strategy<Value = (Params, 
                         ts,
                         seen,
                         used,
+                        born,
                     },
                 )
             }),
-        (big(), any_rate(), n(), n(), n())
+        (big(), any_rate(), n(), n(), n(), n())
             .prop_filter("a burst the rate takes", |(b, r, ..)| r.fits(*b).is_ok())
-            .prop_map(|(burst, rate, tat, seen, used)| {
+            .prop_map(|(burst, rate, tat, seen, used, born)| {
                 (
                     Params::Gcra { rate, burst },
-                    State::Gcra { tat, seen, used },
+                    State::Gcra {
+                        tat,
+                        seen,
+                        used,
+                        born,
+                    },
                 )
             }),
         (big(), 1u64..=86_400_000, n(), c()).prop_map(|(limit, ms, start, count)| {
@@ -515,11 +525,12 @@ proptest! {
             let decoded = State::decode(s.kind(), &s.encode());
             prop_assert_eq!(decoded.as_ref(), Ok(s));
             if let (
-                State::TokenBucket { seen, used, .. } | State::Gcra { seen, used, .. },
-                State::TokenBucket { seen: s2, used: u2, .. } | State::Gcra { seen: s2, used: u2, .. },
+                State::TokenBucket { seen, used, born, .. } | State::Gcra { seen, used, born, .. },
+                State::TokenBucket { seen: s2, used: u2, born: b2, .. }
+                | State::Gcra { seen: s2, used: u2, born: b2, .. },
             ) = (&st, s)
             {
-                prop_assert_eq!((seen, used), (s2, u2));
+                prop_assert_eq!((seen, used, born), (s2, u2, b2));
             }
         }
         let after = written(w, Some(st));

@@ -48,6 +48,7 @@ pub(super) fn evaluate(
         retry_after,
         window,
         usage: after,
+        generation: 0,
     }
 }
 

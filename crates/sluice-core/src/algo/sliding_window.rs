@@ -86,6 +86,7 @@ pub(super) fn evaluate(
         retry_after,
         window,
         usage: if allowed { lcur + req.cost } else { lcur },
+        generation: 0,
     }
 }
 

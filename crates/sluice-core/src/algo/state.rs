@@ -22,6 +22,10 @@ pub enum State {
         /// Units this region took since the key was created (its *generation*): the
         /// monotone figure other regions drain. 0, and not encoded, for unshared rules.
         used: u64,
+        /// When this generation was born (the key's creation, epoch milliseconds): the label
+        /// `used` ships under, so other regions tell a restarted key from the old one. 0,
+        /// and not encoded, for unshared rules (and for a key written before labels).
+        born: u64,
     },
     /// Theoretical arrival time.
     Gcra {
@@ -31,6 +35,8 @@ pub enum State {
         seen: u64,
         /// Units this region took in this generation of the key (see `TokenBucket::used`).
         used: u64,
+        /// This generation's birth, epoch milliseconds (see `TokenBucket::born`).
+        born: u64,
     },
     /// Count in the window starting at `start`.
     FixedWindow {
@@ -85,11 +91,13 @@ impl State {
 
     /// Space-separated integers (ids of concurrency slots may not contain spaces).
     ///
-    /// A bucket's `used` is written only when nonzero, so a region-scope bucket (which never
-    /// counts it) keeps today's size: "tokens ts seen" and "tat seen". `lua/check.lua` writes
-    /// the same fields, shortens a GCRA to "tat" when `seen` and `used` are 0, and a token
-    /// bucket holding no tokens, nothing seen or used (the normalized form) to "ts": one
-    /// integer, which Redis stores inside the key's object.
+    /// A bucket's `used` is written only when nonzero and its `born` only when labelled (both
+    /// only a shared rule counts), so a region-scope bucket keeps today's size: "tokens ts
+    /// seen" and "tat seen"; a labelled one is "tokens ts seen used born" and "tat seen used
+    /// born". `lua/check.lua` writes the same fields, shortens a GCRA to "tat" when `seen`,
+    /// `used` and `born` are 0, and a token bucket holding no tokens, nothing seen, used or
+    /// labelled (the normalized form) to "ts": one integer, which Redis stores inside the
+    /// key's object.
     pub fn encode(&self) -> String {
         let nums = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
         match self {
@@ -98,21 +106,47 @@ impl State {
                 ts,
                 seen: 0,
                 used: 0,
+                born: 0,
             } => ts.to_string(),
             State::TokenBucket {
                 tokens,
                 ts,
                 seen,
                 used: 0,
+                born: 0,
             } => nums(&[*tokens, *ts, *seen]),
             State::TokenBucket {
                 tokens,
                 ts,
                 seen,
                 used,
+                born: 0,
             } => nums(&[*tokens, *ts, *seen, *used]),
-            State::Gcra { tat, seen, used: 0 } => nums(&[*tat, *seen]),
-            State::Gcra { tat, seen, used } => nums(&[*tat, *seen, *used]),
+            State::TokenBucket {
+                tokens,
+                ts,
+                seen,
+                used,
+                born,
+            } => nums(&[*tokens, *ts, *seen, *used, *born]),
+            State::Gcra {
+                tat,
+                seen,
+                used: 0,
+                born: 0,
+            } => nums(&[*tat, *seen]),
+            State::Gcra {
+                tat,
+                seen,
+                used,
+                born: 0,
+            } => nums(&[*tat, *seen, *used]),
+            State::Gcra {
+                tat,
+                seen,
+                used,
+                born,
+            } => nums(&[*tat, *seen, *used, *born]),
             State::FixedWindow { start, count } => nums(&[*start, *count]),
             State::SlidingWindow { start, cur, prev } => nums(&[*start, *cur, *prev]),
             State::SlidingLog { entries } => nums(entries),
@@ -153,7 +187,7 @@ impl State {
         let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
         Ok(match kind {
             Kind::TokenBucket => {
-                let v = between(1, 4)?;
+                let v = between(1, 5)?;
                 match v.len() {
                     // "ts": no tokens at ts, nothing seen or used.
                     1 => State::TokenBucket {
@@ -161,22 +195,29 @@ impl State {
                         ts: v[0],
                         seen: 0,
                         used: 0,
+                        born: 0,
                     },
-                    2 => return Err(err("expected \"ts\" or \"tokens ts seen [used]\"".into())),
+                    2 => {
+                        return Err(err(
+                            "expected \"ts\" or \"tokens ts seen [used [born]]\"".into()
+                        ));
+                    }
                     _ => State::TokenBucket {
                         tokens: v[0],
                         ts: v[1],
                         seen: v[2],
                         used: at(&v, 3),
+                        born: at(&v, 4),
                     },
                 }
             }
             Kind::Gcra => {
-                let v = between(1, 3)?;
+                let v = between(1, 4)?;
                 State::Gcra {
                     tat: v[0],
                     seen: at(&v, 1),
                     used: at(&v, 2),
+                    born: at(&v, 3),
                 }
             }
             Kind::FixedWindow => {
@@ -226,14 +267,15 @@ mod tests {
         assert!(State::decode(Kind::FixedWindow, "x 2").is_err());
         assert!(State::decode(Kind::SlidingLog, "5 3").is_err());
         assert!(State::decode(Kind::Concurrency, "a 1").is_err());
-        assert!(State::decode(Kind::TokenBucket, "1 2 3 4 5").is_err());
-        assert!(State::decode(Kind::Gcra, "1 2 3 4").is_err());
+        assert!(State::decode(Kind::TokenBucket, "1 2 3 4 5 6").is_err());
+        assert!(State::decode(Kind::Gcra, "1 2 3 4 5").is_err());
         assert_eq!(
             State::decode(Kind::Gcra, "10 0"),
             Ok(State::Gcra {
                 tat: 10,
                 seen: 0,
-                used: 0
+                used: 0,
+                born: 0
             })
         );
         assert_eq!(
@@ -241,7 +283,8 @@ mod tests {
             Ok(State::Gcra {
                 tat: 10,
                 seen: 0,
-                used: 0
+                used: 0,
+                born: 0
             })
         );
     }
@@ -253,6 +296,7 @@ mod tests {
             ts: 7,
             seen: 0,
             used: 0,
+            born: 0,
         };
         assert_eq!(regional.encode(), "5 7 0");
         let shared = State::TokenBucket {
@@ -260,15 +304,33 @@ mod tests {
             ts: 7,
             seen: 2,
             used: 9,
+            born: 0,
         };
         assert_eq!(shared.encode(), "5 7 2 9");
         let gcra = State::Gcra {
             tat: 3,
             seen: 0,
             used: 4,
+            born: 0,
         };
         assert_eq!(gcra.encode(), "3 0 4");
-        for s in [regional, shared, gcra] {
+        // A labelled generation writes its birth last, even before anything was used.
+        let labelled = State::TokenBucket {
+            tokens: 5,
+            ts: 7,
+            seen: 2,
+            used: 0,
+            born: 1_800_000_000_000,
+        };
+        assert_eq!(labelled.encode(), "5 7 2 0 1800000000000");
+        let labelled_gcra = State::Gcra {
+            tat: 3,
+            seen: 1,
+            used: 0,
+            born: 11,
+        };
+        assert_eq!(labelled_gcra.encode(), "3 1 0 11");
+        for s in [regional, shared, gcra, labelled, labelled_gcra] {
             assert_eq!(State::decode(s.kind(), &s.encode()), Ok(s.clone()));
         }
     }

@@ -13,7 +13,7 @@
 //! integer inside the key's object: 72 bytes a key instead of 104 (docs/redis.md).
 
 use super::{MAX_USED, Outcome, Rate, Request, State, probe_cost};
-use crate::time::{Micros, div_ceil};
+use crate::time::{MILLI, Micros, div_ceil};
 
 /// Time for an empty bucket to fill.
 pub(super) fn full_period(rate: Rate, burst: u64) -> Micros {
@@ -28,6 +28,26 @@ pub(super) fn used_after(used: u64, cost: u64, burst: u64, req: &Request<'_>) ->
         used.saturating_add(cost.min(burst)).min(MAX_USED)
     } else {
         used
+    }
+}
+
+/// The birth stamp a key created at `now` gets (epoch milliseconds): its generation's label,
+/// for a shared rule only (an unshared key keeps its small state and ships nothing).
+pub(super) fn born_at(now: Micros, req: &Request<'_>) -> u64 {
+    if req.remote.shares_bucket() {
+        now / MILLI
+    } else {
+        0
+    }
+}
+
+/// `Outcome::generation`: the label the figure ships under (the birth stamp in epoch µs, a
+/// whole millisecond) for a shared rule, 0 otherwise.
+pub(super) fn generation(born: u64, req: &Request<'_>) -> Micros {
+    if req.remote.shares_bucket() {
+        born.saturating_mul(MILLI).min(MAX_USED)
+    } else {
+        0
     }
 }
 
@@ -59,8 +79,9 @@ pub(super) fn kept_past_full(seen: u64, used: u64, period: Micros) -> Micros {
     if seen > 0 || used > 0 { period } else { 0 }
 }
 
-/// Tokens at `now` (refilled, remote consumption drained), the remote figure seen, and this
-/// region's cumulative `used` (0 when the key is fresh: a new generation). A fresh key holds
+/// Tokens at `now` (refilled, remote consumption drained), the remote figure seen, this
+/// region's cumulative `used` (0 when the key is fresh: a new generation) and the
+/// generation's birth stamp ([`born_at`] for a fresh key). A fresh key holds
 /// [`super::Remote::fresh_share`] of the burst (all of it unless the rule is shared by several
 /// regions) and leaves the rest to the other regions ([`super::Remote::fresh_seen`]).
 pub(super) fn current(
@@ -68,15 +89,16 @@ pub(super) fn current(
     burst: u64,
     state: Option<&State>,
     req: &Request<'_>,
-) -> (u64, Micros, u64, u64) {
+) -> (u64, Micros, u64, u64, u64) {
     let (scale, units) = (rate.scale(), rate.units());
     let cap = burst * scale;
-    let (mut tokens, ts, seen, used) = match state {
+    let (mut tokens, ts, seen, used, born) = match state {
         Some(State::TokenBucket {
             tokens,
             ts,
             seen,
             used,
+            born,
         }) => {
             let tokens = (*tokens).min(cap);
             let elapsed = req.now.saturating_sub(*ts);
@@ -86,7 +108,7 @@ pub(super) fn current(
             } else {
                 tokens + elapsed * units
             };
-            (tokens, (*ts).max(req.now), *seen, *used)
+            (tokens, (*ts).max(req.now), *seen, *used, *born)
         }
         // Fresh: full, or this region's share of the burst for a shared rule, the rest left
         // to the other regions' shares.
@@ -95,6 +117,7 @@ pub(super) fn current(
             req.now,
             req.remote.fresh_seen(burst),
             0,
+            born_at(req.now, req),
         ),
     };
     // Other regions' new consumption comes out of what the bucket holds. What it cannot hold
@@ -109,7 +132,7 @@ pub(super) fn current(
     } else {
         seen
     };
-    (tokens, ts, seen, used)
+    (tokens, ts, seen, used, born)
 }
 
 /// `Outcome::usage`: the cumulative figure for a shared rule, how drained otherwise.
@@ -129,8 +152,9 @@ pub(super) fn evaluate(
 ) -> Outcome {
     let (scale, units) = (rate.scale(), rate.units());
     let cap = burst * scale;
-    let (tokens, _, _, used) = current(rate, burst, state, req);
+    let (tokens, _, _, used, born) = current(rate, burst, state, req);
     let window = full_period(rate, burst);
+    let generation = generation(born, req);
     // A cost above the burst never fits (and would pass 2^53 in units).
     let probe = probe_cost(req.cost);
     let need = if probe > burst {
@@ -154,6 +178,7 @@ pub(super) fn evaluate(
                 remaining,
                 req,
             ),
+            generation,
         }
     } else {
         let remaining = tokens / scale;
@@ -170,6 +195,7 @@ pub(super) fn evaluate(
             retry_after,
             window,
             usage: usage(used, burst, remaining, req),
+            generation,
         }
     }
 }
@@ -177,15 +203,21 @@ pub(super) fn evaluate(
 /// The shortest exact form of an unshared bucket: no tokens at the earlier instant the
 /// bucket was empty, when that instant is a whole microsecond. Refill from it gives the same
 /// tokens at every `now >= ts` (and fewer, never more, before it). Shared buckets keep
-/// `seen`/`used`, so they keep their fields.
-pub(super) fn normalize(tokens: u64, ts: Micros, seen: u64, used: u64, units: u64) -> State {
+/// `seen`/`used`/`born`, so they keep their fields.
+pub(super) fn normalize(
+    tokens: u64,
+    ts: Micros,
+    (seen, used, born): (u64, u64, u64),
+    units: u64,
+) -> State {
     let back = tokens / units;
-    if seen == 0 && used == 0 && tokens.is_multiple_of(units) && back <= ts {
+    if seen == 0 && used == 0 && born == 0 && tokens.is_multiple_of(units) && back <= ts {
         State::TokenBucket {
             tokens: 0,
             ts: ts - back,
             seen: 0,
             used: 0,
+            born: 0,
         }
     } else {
         State::TokenBucket {
@@ -193,6 +225,7 @@ pub(super) fn normalize(tokens: u64, ts: Micros, seen: u64, used: u64, units: u6
             ts,
             seen,
             used,
+            born,
         }
     }
 }
@@ -203,12 +236,12 @@ pub(super) fn take(
     state: Option<&State>,
     req: &Request<'_>,
 ) -> (State, Micros) {
-    let (tokens, ts, seen, used) = current(rate, burst, state, req);
+    let (tokens, ts, seen, used, born) = current(rate, burst, state, req);
     // A charge above the burst empties the bucket, no more.
     let tokens = tokens.saturating_sub(req.cost.min(burst) * rate.scale());
     let used = used_after(used, req.cost, burst, req);
     (
-        normalize(tokens, ts, seen, used, rate.units()),
+        normalize(tokens, ts, (seen, used, born), rate.units()),
         ttl(rate, burst, tokens, seen, used),
     )
 }
@@ -344,6 +377,7 @@ mod tests {
                 ts: t0,
                 seen: 0,
                 used: 0,
+                born: 0,
             };
             if ((burst - 1) * TOKEN_SCALE).is_multiple_of(rate.units()) {
                 assert!(matches!(s, State::TokenBucket { tokens: 0, .. }), "{s:?}");

@@ -16,8 +16,8 @@ pub const RELEASE_SCRIPT: &str = include_str!("../../../../lua/release.lua");
 /// `lua/give_back.lua`: gives back units a lease did not spend (`algo::give_back`).
 pub const GIVE_BACK_SCRIPT: &str = include_str!("../../../../lua/give_back.lua");
 
-/// Outcome fields per item in the reply.
-const OUT: usize = 7;
+/// Outcome fields per item in the reply (the last, a shared bucket's birth in epoch ms).
+const OUT: usize = 8;
 /// The largest integer a Lua double holds exactly.
 pub(crate) const MAX_EXACT: u64 = (1 << 53) - 1;
 
@@ -336,6 +336,8 @@ pub fn decode_check(call: &Call, reply: &redis::Value) -> Result<CallResult, Sto
             retry_after: o[4],
             window: o[5],
             usage: o[6],
+            // The label in µs, as the core's `Outcome::generation` (a whole millisecond).
+            generation: o[7].saturating_mul(1000).min(MAX_EXACT),
         })
         .collect();
     Ok(CallResult {
@@ -557,7 +559,7 @@ mod tests {
         };
         assert!(decode_check(&call, &redis::Value::Array(vec![redis::Value::Int(1)])).is_err());
         assert!(decode_check(&call, &redis::Value::Nil).is_err());
-        let mut ok = vec![redis::Value::Int(1); 8];
+        let mut ok = vec![redis::Value::Int(1); 9];
         assert!(decode_check(&call, &redis::Value::Array(ok.clone())).is_ok());
         ok[3] = redis::Value::Int(-1);
         assert!(decode_check(&call, &redis::Value::Array(ok)).is_err());

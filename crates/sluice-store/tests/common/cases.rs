@@ -435,6 +435,65 @@ pub async fn new_global_bucket_in_3_regions(store: &dyn Store, p: &str) {
     }
 }
 
+/// A shared bucket's outcome carries its generation's label, the key's birth (a whole ms of
+/// the call that created it; 0 for a region-scope rule), and a key that expired and started
+/// again (a refill period past full, here 2 ms on 1,000/s with burst 2) is a new generation:
+/// a newer label and `used` from 0. Redis expires keys in real time (with the late-call
+/// cover, which a call's stale bound measures from its `now`), the memory store by the calls'
+/// clock: so this case runs on the wall clock and peeks until the key is gone, within a
+/// bounded number of tries.
+pub async fn restarted_shared_bucket_is_a_new_generation(store: &dyn Store, p: &str) {
+    let rate = Rate::per_second(1_000);
+    for (name, params) in [
+        ("tb", tb(1_000, 2)),
+        ("gcra", Params::Gcra { rate, burst: 2 }),
+    ] {
+        let mut it = item(&format!("sl:{{{p}gen}}:{name}"), params.clone());
+        it.remote = Remote::shared_bucket(0, 1);
+        let wall = super::epoch_us();
+        let born = wall - wall % MILLI;
+        let t0 = born + 456; // the label is the whole ms
+        for k in 1..=2u64 {
+            let o = check(store, &call(t0, 1, "r", vec![it.clone()]))
+                .await
+                .outcomes[0];
+            assert_eq!((o.usage, o.generation), (k, born), "{name}: take {k}");
+        }
+        let regional = item(&format!("sl:{{{p}gen}}:{name}-region"), params.clone());
+        let o = check(store, &call(t0, 1, "r", vec![regional]))
+            .await
+            .outcomes[0];
+        assert_eq!(
+            o.generation, 0,
+            "{name}: a region-scope bucket carries no label"
+        );
+        // Peeks (cost 0) write nothing, so the key's TTL runs out under them.
+        let mut restarted = None;
+        for k in 1..=200u64 {
+            let now = super::epoch_us().max(t0 + k * MILLI);
+            let o = check(store, &call(now, 0, "r", vec![it.clone()]))
+                .await
+                .outcomes[0];
+            if o.generation != born {
+                restarted = Some(now);
+                break;
+            }
+            assert_eq!(o.usage, 2, "{name}: the same generation, try {k}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let now = restarted.expect("the key expired within 200 tries (10 s)");
+        let o = check(store, &call(now, 1, "r", vec![it.clone()]))
+            .await
+            .outcomes[0];
+        assert_eq!(
+            o.generation,
+            now - now % MILLI,
+            "{name}: born at the call that made it"
+        );
+        assert_eq!(o.usage, 1, "{name}: a new generation counts from 0");
+    }
+}
+
 /// Identities do not share counts.
 pub async fn identities_are_isolated(store: &dyn Store, p: &str) {
     for who in ["a", "b"] {
