@@ -50,6 +50,32 @@ pub enum Format {
     Yaml,
 }
 
+/// The decision log window and daemons a what-if reads.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct WhatIfFlags {
+    /// Replay from (epoch µs, or a duration back: `30m`); default an hour back.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Replay until (epoch µs, or a duration back); default now.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// A daemon's admin API whose decision log to read (repeat for each daemon of the
+    /// fleet); without it, the server's own log, replayed there.
+    #[arg(long = "decisions", value_name = "URL")]
+    pub decisions: Vec<String>,
+}
+
+impl WhatIfFlags {
+    /// As the what-if module takes them.
+    pub fn args(self) -> crate::whatif::Args {
+        crate::whatif::Args {
+            since: self.since,
+            until: self.until,
+            decisions: self.decisions,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Make whole domains equal to a rules file: shows the diff, then applies it as one version.
@@ -61,9 +87,15 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
         /// A change more than 10× tighter: hold it for another principal's approval
-        /// (`sluicectl approve ID`) instead of refusing it.
+        /// (`sluicectl approve ID`) instead of refusing it (and show its what-if report).
         #[arg(long)]
         force: bool,
+        /// Apply nothing: replay the decision logs through the file's rules and report who
+        /// they would refuse, against the current set.
+        #[arg(long)]
+        what_if: bool,
+        #[command(flatten)]
+        window: WhatIfFlags,
     },
     /// List rules, or show one.
     Get {
@@ -147,6 +179,11 @@ pub enum Command {
         /// Also those expired, approved or rejected.
         #[arg(long)]
         all: bool,
+        /// With each held apply's what-if report over the window, now.
+        #[arg(long)]
+        what_if: bool,
+        #[command(flatten)]
+        window: WhatIfFlags,
     },
     /// Approve a held change: it is applied as a new version. Not by the one who proposed it.
     Approve {

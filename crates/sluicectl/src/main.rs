@@ -20,6 +20,7 @@
 //!   `rollback`.
 //! - `versions`: `status`, `history`, `export`.
 //! - `pending`: `pending`, `approve`, `reject`: changes held for a second principal.
+//! - `whatif`: `apply --what-if`: the decision logs replayed through a candidate set.
 //! - `overrides`: `override list | set | delete`.
 //! - `check`: one check against a daemon's HTTP API.
 //! - `migrate`: the PostgreSQL schema.
@@ -36,6 +37,7 @@ mod overrides;
 mod pending;
 mod rules;
 mod versions;
+mod whatif;
 
 use anyhow::Result;
 use clap::Parser;
@@ -58,7 +60,9 @@ fn run(cli: Cli) -> Result<()> {
             file,
             dry_run,
             force,
-        } => rules::apply(&ctx, file, dry_run, force)?,
+            what_if,
+            window,
+        } => rules::apply(&ctx, file, dry_run, force, what_if, &window.args())?,
         Command::Get { id, domain, route } => rules::get(&ctx, id, domain, route)?,
         Command::Delete { id, domain } => rules::delete(&ctx, id, domain)?,
         Command::Shadow { id, domain } => rules::mode(&ctx, &id, &domain, "shadow")?,
@@ -68,7 +72,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::ShadowAll { domain } => rules::shadow_all(&ctx, domain)?,
         Command::Rollback { to, dry_run, force } => rules::rollback(&ctx, to, dry_run, force)?,
         Command::Status => versions::status(&ctx)?,
-        Command::Pending { all } => pending::list(&ctx, all)?,
+        Command::Pending {
+            all,
+            what_if,
+            window,
+        } => pending::list(&ctx, all, what_if.then(|| window.args()))?,
         Command::Approve { id } => pending::decide(&ctx, id, "approve")?,
         Command::Reject { id } => pending::decide(&ctx, id, "reject")?,
         Command::History { id, domain, limit } => versions::history(&ctx, id, domain, limit)?,

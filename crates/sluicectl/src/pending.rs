@@ -7,14 +7,22 @@ use crate::output;
 use anyhow::Result;
 use serde_json::Value;
 
-/// `pending [--all]`: the held changes and what each would change.
-pub fn list(ctx: &Ctx, all: bool) -> Result<()> {
+/// `pending [--all] [--what-if]`: the held changes and what each would change (with
+/// `--what-if`, each held apply's report over the window, computed now).
+pub fn list(ctx: &Ctx, all: bool, what_if: Option<crate::whatif::Args>) -> Result<()> {
     let path = if all {
         "/v1/pending?all=true"
     } else {
         "/v1/pending"
     };
-    let v = ctx.call("GET", path, None)?;
+    let mut v = ctx.call("GET", path, None)?;
+    if let Some(args) = &what_if {
+        for p in v["pending"].as_array_mut().into_iter().flatten() {
+            if let Some(r) = crate::whatif::pending(ctx, p, args)? {
+                p["what_if"] = r;
+            }
+        }
+    }
     if ctx.format == Format::Json {
         ctx.print_json(&v);
         return Ok(());
@@ -60,6 +68,9 @@ pub fn list(ctx: &Ctx, all: bool) -> Result<()> {
         }
         for r in p["reasons"].as_array().into_iter().flatten() {
             println!("  held: {}", r.as_str().unwrap_or(""));
+        }
+        if p.get("what_if").is_some() {
+            crate::whatif::print(ctx, &p["what_if"])?;
         }
     }
     if items.is_empty() {

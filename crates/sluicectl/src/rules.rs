@@ -36,9 +36,22 @@ fn read_docs(file: &PathBuf) -> Result<Vec<Value>> {
     Ok(docs)
 }
 
-/// `apply`: shows the diff, then applies the file's domains as one version.
-pub fn apply(ctx: &Ctx, file: PathBuf, dry_run: bool, force: bool) -> Result<()> {
+/// `apply`: shows the diff, then applies the file's domains as one version. `what_if`:
+/// applies nothing and reports what the file's rules would have refused over the window; a
+/// change held for approval is shown with that report too.
+pub fn apply(
+    ctx: &Ctx,
+    file: PathBuf,
+    dry_run: bool,
+    force: bool,
+    what_if: bool,
+    window: &crate::whatif::Args,
+) -> Result<()> {
     let docs = read_docs(&file)?;
+    if what_if {
+        let report = crate::whatif::report(ctx, &docs, window)?;
+        return crate::whatif::print(ctx, &report);
+    }
     let preview = ctx.call(
         "POST",
         "/v1/rules:apply",
@@ -63,6 +76,11 @@ pub fn apply(ctx: &Ctx, file: PathBuf, dry_run: bool, force: bool) -> Result<()>
         ctx.print_json(&done);
     } else if let Some(id) = done["pending"]["id"].as_u64() {
         println!("{}", crate::ctx::held_line(id, &done["pending"]));
+        // What the approver is asked to let through, on the last hour's traffic.
+        match crate::whatif::report(ctx, &docs, window) {
+            Ok(report) => crate::whatif::print(ctx, &report)?,
+            Err(e) => println!("what-if: not available: {e:#}"),
+        }
     } else {
         println!(
             "applied: version {} (was {})",
