@@ -37,6 +37,7 @@ fn rules_version(http: SocketAddr) -> Result<u64> {
 fn a_held_tightening_is_applied_by_the_second_principal() -> Result<()> {
     let pg = Postgres::throwaway()?;
     let dir = std::env::temp_dir().join(format!("sluice-approval-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     for (who, secret) in [("alice", "alice-e2e-secret"), ("bob", "bob-e2e-secret")] {
         std::fs::write(dir.join(who), format!("{secret}\n"))?;
@@ -46,8 +47,10 @@ fn a_held_tightening_is_applied_by_the_second_principal() -> Result<()> {
     let admin: SocketAddr = ([127, 0, 0, 1], ports[2]).into();
     let config = format!(
         "postgres: {url}\nhttp_addr: {http}\ngrpc_addr: 127.0.0.1:{grpc}\nadmin_addr: {admin}\n\
-         region: e2e\nadmin_tokens:\n  - {{principal: alice, token_file: {a}}}\n  - {{principal: bob, token_file: {b}}}\n",
+         region: e2e\nadmin_tokens:\n  - {{principal: alice, token_file: {a}}}\n  - {{principal: bob, token_file: {b}}}\n\
+         decision_log:\n  dir: {log}\n",
         url = pg.url(),
+        log = dir.join("decisions").display(),
         grpc = ports[1],
         a = dir.join("alice").display(),
         b = dir.join("bob").display(),
@@ -82,9 +85,19 @@ fn a_held_tightening_is_applied_by_the_second_principal() -> Result<()> {
         out.contains("held as pending change 1 (proposed by alice"),
         "{out}"
     );
+    // The hold shows the what-if report: no traffic yet, so it says the window is empty.
+    assert!(
+        out.contains("what-if: no decision log records in the window"),
+        "{out}"
+    );
     let (ok, out, _) = ctl(admin, "bob-e2e-secret", &["pending"])?;
     assert!(
         ok && out.contains("limit: 100 → 1") && out.contains("100×"),
+        "{out}"
+    );
+    let (ok, out, _) = ctl(admin, "bob-e2e-secret", &["pending", "--what-if"])?;
+    assert!(
+        ok && out.contains("what-if: no decision log records"),
         "{out}"
     );
 
