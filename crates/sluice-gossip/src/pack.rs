@@ -107,7 +107,7 @@ impl Open {
         start_ms: u64,
         identity: &str,
         prev: &str,
-        count: u64,
+        (generation_ms, count): (u64, u64),
         max: usize,
     ) -> bool {
         let code = keys::code(kind);
@@ -123,6 +123,7 @@ impl Open {
             suffix: identity[shared..].to_string(),
             count,
             shared: shared as u32,
+            generation_ms,
         };
         let fig_field = field_len(fig.encoded_len());
         let (closed, inner) = if same_group {
@@ -158,6 +159,10 @@ impl Open {
     }
 }
 
+/// One entry to pack, in packing order: (rule, algorithm), the group's window (ms), the
+/// identity, then (generation label in ms, figure).
+type Item<'a> = ((&'a str, Kind), u64, &'a str, (u64, u64));
+
 /// Packs `entries` into direct payloads of at most `max_payload` bytes each.
 pub fn pack(entries: &[ShipEntry], header: &Header<'_>, max_payload: usize) -> Packed {
     pack_hop(entries, header, Hop::Direct, max_payload)
@@ -172,12 +177,26 @@ pub fn pack_hop(
     max_payload: usize,
 ) -> Packed {
     let mut out = Packed::default();
-    let mut items: Vec<((&str, Kind), u64, &str, u64)> = Vec::with_capacity(entries.len());
+    let mut items: Vec<Item<'_>> = Vec::with_capacity(entries.len());
     for e in entries {
-        match keys::parse(&e.key) {
-            Some(k) => items.push(((k.rule, k.kind), e.window_start / 1000, k.identity, e.count)),
-            None => out.skipped += 1,
-        }
+        let Some(k) = keys::parse(&e.key) else {
+            out.skipped += 1;
+            continue;
+        };
+        // A bucket's label is its generation, one per key: it travels in the figure, so a
+        // rule's bucket figures share one group (and a receiver before labels, which skips
+        // the field, merges them as the unlabelled figures it knows).
+        let ms = e.window_start / 1000;
+        let (group_ms, generation_ms) = match k.kind {
+            Kind::TokenBucket | Kind::Gcra => (0, ms),
+            _ => (ms, 0),
+        };
+        items.push((
+            (k.rule, k.kind),
+            group_ms,
+            k.identity,
+            (generation_ms, e.count),
+        ));
     }
     items.sort_unstable();
     let mut seq = header.first_seq;
@@ -225,7 +244,7 @@ pub struct Received {
     pub kind: Option<Kind>,
     /// The identity (the store key's hash tag).
     pub identity: String,
-    /// Window start, epoch µs (0: cumulative).
+    /// Window start, epoch µs; for a cumulative figure its generation's label (0: none).
     pub window_start: Micros,
     /// The figure.
     pub count: u64,
@@ -292,6 +311,12 @@ pub fn unpack(payload: &[u8]) -> Result<Unpacked, Reject> {
             if identity.len() > MAX_IDENTITY || identity.is_empty() {
                 return Err(Reject::Malformed);
             }
+            // A generation label belongs to a cumulative figure, whose group has no window.
+            let window_start = match f.generation_ms {
+                0 => window_start,
+                _ if window_start != 0 => return Err(Reject::Malformed),
+                ms => ms.checked_mul(1000).ok_or(Reject::Malformed)?,
+            };
             figures.push(Received {
                 rule: g.rule.clone(),
                 kind,
@@ -409,6 +434,7 @@ mod tests {
             suffix: s.into(),
             count: 1,
             shared,
+            generation_ms: 0,
         };
         assert!(unpack(&mk(vec![f("ab", 0), f("c", 1)])).is_ok());
         // Shares more than the previous identity has.
@@ -492,6 +518,44 @@ mod tests {
             kinds,
             vec![(Some(Kind::TokenBucket), 4), (Some(Kind::FixedWindow), 3)]
         );
+    }
+
+    #[test]
+    fn a_bucket_figure_carries_its_generation_in_one_group_per_rule() {
+        let bucket = |id: &str, gen_ms: u64, count| ShipEntry {
+            key: sluice_core::matching::store_key(id, "b", Kind::TokenBucket),
+            window_start: gen_ms * 1000,
+            count,
+        };
+        let entries = [
+            bucket("a", 1_700_000_000_123, 5),
+            bucket("b", 1_700_000_050_456, 6),
+            bucket("c", 0, 7),
+        ];
+        let pk = pack(&entries, &header(), 1200);
+        let p = CountsPacket::decode(pk.payloads[0].as_slice()).expect("decodes");
+        assert_eq!(
+            p.rules.len(),
+            1,
+            "one group: the labels travel in the figures"
+        );
+        assert_eq!(p.rules[0].window_start_ms, 0);
+        let got: Vec<_> = received(&pk)
+            .into_iter()
+            .map(|r| (r.identity, r.window_start, r.count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a".to_string(), 1_700_000_000_123_000, 5),
+                ("b".to_string(), 1_700_000_050_456_000, 6),
+                ("c".to_string(), 0, 7),
+            ]
+        );
+        // A label in a group that has a window is forged.
+        let mut p = p;
+        p.rules[0].window_start_ms = 60_000;
+        assert_eq!(unpack(&p.encode_to_vec()), Err(Reject::Malformed));
     }
 
     #[test]

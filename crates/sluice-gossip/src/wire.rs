@@ -337,6 +337,9 @@ pub struct Figure {
     /// Bytes shared with the previous identity of the group.
     #[prost(uint32, tag = "3")]
     pub shared: u32,
+    /// A token bucket's or GCRA's generation label: its key's birth, epoch ms (0: none).
+    #[prost(uint64, tag = "4")]
+    pub generation_ms: u64,
 }
 
 #[cfg(test)]
