@@ -234,6 +234,7 @@ fn a_what_if_report_predicts_what_a_10x_tightening_refuses() -> Result<()> {
     let mut args = vec!["apply", "-f", &tight, "--what-if"];
     args.extend(fleet);
     let (ok, table, _) = ctl(admin, &args)?;
+    println!("{table}");
     assert!(ok && table.contains("api|user=heavy-1  refused"), "{table}");
     assert!(table.contains("standing for"), "{table}");
     let (ok, _, err) = ctl(admin, &["apply", "-f", &broken, "--what-if"])?;
