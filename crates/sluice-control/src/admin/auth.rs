@@ -3,6 +3,7 @@
 //! establishes the [`Caller`] of every request.
 
 use super::error::ApiError;
+use super::session;
 use super::{AdminError, AdminState};
 use axum::extract::{Request, State as AxState};
 use axum::http::{Method, StatusCode, header};
@@ -199,47 +200,102 @@ pub(super) struct Caller {
     pub(super) principal: String,
 }
 
+/// The principal `presented` authenticates: `(admin, read)`, each `None` when no token of
+/// that kind matches. Every token is compared (no early exit), so the time does not say which
+/// matched.
+pub(super) fn principal_of(
+    auth: &AdminConfig,
+    presented: &str,
+) -> (Option<String>, Option<String>) {
+    let find = |ts: &[Token]| {
+        let mut found = None;
+        for t in ts {
+            if constant_time_eq(t.secret.as_bytes(), presented.as_bytes()) && found.is_none() {
+                found = Some(t.principal.clone());
+            }
+        }
+        found
+    };
+    (find(&auth.admin), find(&auth.read))
+}
+
+/// Whether `path` is the console's own (`/ui`, `/ui/...`): its handlers decide between the
+/// sign-in form and the page themselves.
+fn console_path(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
+}
+
+/// A browser's request with a console session cookie and no token: reads for any session, a
+/// write only from this origin, with the session's CSRF value, by an admin token's principal.
+fn session_principal(
+    st: &AdminState,
+    req: &Request,
+    id: &str,
+    write: bool,
+) -> Result<String, ApiError> {
+    let h = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+    if write && !session::same_origin(h(header::ORIGIN.as_str()), h(header::HOST.as_str())) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "a console write must come from the console's own origin",
+        ));
+    }
+    let csrf = h(session::CSRF_HEADER);
+    st.console()
+        .authorize(id, write, csrf, std::time::Instant::now())
+        .map(|s| s.principal)
+        .map_err(|r| {
+            let status = match r {
+                session::Refusal::NoSession => StatusCode::UNAUTHORIZED,
+                _ => StatusCode::FORBIDDEN,
+            };
+            let code = match r {
+                session::Refusal::NoSession => "UNAUTHENTICATED",
+                _ => "PERMISSION_DENIED",
+            };
+            ApiError::new(status, code, r.to_string())
+        })
+}
+
 pub(super) async fn authenticate(
     AxState(st): AxState<AdminState>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    if req.uri().path() == "/healthz" {
+    if req.uri().path() == "/healthz" || console_path(req.uri().path()) {
         return next.run(req).await;
     }
     let write = !matches!(*req.method(), Method::GET | Method::HEAD);
     let auth = &st.inner.auth;
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let cookie = req
+        .headers()
+        .get(header::COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(session::from_cookie)
+        .map(str::to_string);
     let principal = if auth.open() {
         Ok(ANONYMOUS.to_string())
     } else {
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        // Every token is compared (no early exit), so the time does not say which matched.
-        let find = |ts: &[Token], p: &str| {
-            let mut found = None;
-            for t in ts {
-                if constant_time_eq(t.secret.as_bytes(), p.as_bytes()) && found.is_none() {
-                    found = Some(t.principal.clone());
-                }
-            }
-            found
-        };
-        match presented.map(|p| (find(&auth.admin, p), find(&auth.read, p))) {
-            None => Err(ApiError::new(
+        match (presented.map(|p| principal_of(auth, p)), cookie) {
+            (None, Some(id)) => session_principal(&st, &req, &id, write),
+            (None, None) => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "UNAUTHENTICATED",
                 "send Authorization: Bearer <token> (an admin token for changes, a read \
-                 token for reads)",
+                 token for reads), or sign in at /ui",
             )),
-            Some((Some(principal), _)) => Ok(principal),
-            Some((None, Some(principal))) => {
+            (Some((Some(principal), _)), _) => Ok(principal),
+            (Some((None, Some(principal))), _) => {
                 if write {
                     Err(ApiError::new(
                         StatusCode::FORBIDDEN,
@@ -250,7 +306,7 @@ pub(super) async fn authenticate(
                     Ok(principal)
                 }
             }
-            Some((None, None)) => Err(ApiError::new(
+            (Some((None, None)), _) => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "UNAUTHENTICATED",
                 "the token is not valid here",

@@ -24,6 +24,7 @@
 //! DELETE /v1/overrides/{rule}/{name=value,...}
 //! GET    /v1/pending[?all=true]               changes held for a second principal
 //! POST   /v1/pending/{id}:approve | :reject   another principal applies it, or anyone drops it
+//! GET    /ui                                  the operator console (sign-in form without a session)
 //! GET    /healthz                             no token needed
 //! ```
 //!
@@ -40,6 +41,8 @@
 //!
 //! # Layout
 //!
+//! - `console`: the operator console at `/ui` (page, sign-in, sign-out).
+//! - `session`: console sessions: cookie, expiry, CSRF value.
 //! - `auth`: tokens ([`AdminConfig`]), the loopback rule for an open API, the auth layer.
 //! - `error`: the error answer every handler returns.
 //! - `extra`: a daemon's own routes behind the same tokens ([`behind_tokens`]).
@@ -51,6 +54,7 @@
 //! - `whatif`: `/v1/rules:what-if` over the daemon's decision log ([`what_if_routes`]).
 
 mod auth;
+mod console;
 mod error;
 mod extra;
 pub use extra::behind_tokens;
@@ -58,6 +62,7 @@ mod overrides;
 mod pending;
 mod request;
 mod rules;
+mod session;
 mod versions;
 mod whatif;
 pub use whatif::{DecisionSource, what_if_routes};
@@ -125,6 +130,7 @@ struct Inner {
     /// in `GET /v1/rules:status`.
     serving: Option<Arc<Published>>,
     auth: AdminConfig,
+    console: console::Console,
 }
 
 impl AdminState {
@@ -136,6 +142,7 @@ impl AdminState {
                 published: None,
                 serving: None,
                 auth,
+                console: Default::default(),
             }),
         }
     }
@@ -154,6 +161,7 @@ impl AdminState {
                 published: None,
                 serving: Some(served),
                 auth,
+                console: Default::default(),
             }),
         }
     }
@@ -167,8 +175,18 @@ impl AdminState {
                 published: Some(published.clone()),
                 serving: Some(published),
                 auth,
+                console: Default::default(),
             }),
         }
+    }
+
+    /// Marks the console's session cookies `Secure`: call it when the listener serves TLS.
+    pub fn set_secure_cookies(&self, on: bool) {
+        self.inner.console.set_secure(on);
+    }
+
+    fn console(&self) -> &console::Console {
+        &self.inner.console
     }
 
     fn store(&self) -> Result<&Arc<Store>, ApiError> {
@@ -234,6 +252,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/v1/rules/{id}/history", get(rule_history))
         .route("/v1/pending", get(list_pending))
         .route("/v1/pending/{id}", post(pending_action))
+        .merge(console::routes())
         .route("/v1/overrides", get(list_overrides))
         .route(
             "/v1/overrides/{rule}/{identity}",
