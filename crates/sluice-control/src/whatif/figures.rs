@@ -40,7 +40,8 @@ pub struct RuleReport {
     pub domain: String,
     /// Its id (what matches it across the sets).
     pub rule: String,
-    /// `changed`, `unchanged`, `new` (only in the candidate) or `removed`.
+    /// `changed` (the rule or an override of it differs), `unchanged`, `new` (only in the
+    /// candidate) or `removed`.
     pub change: String,
     /// The current set's figures; `None` for a new rule.
     pub current: Option<Figures>,
@@ -116,10 +117,12 @@ impl Counts {
     }
 }
 
-/// A rule of either set and what each set counted for it.
+/// A rule of either set, the overrides that can apply to it in each, and what each set
+/// counted for it.
 struct Entry<'s> {
     current: Option<&'s Rule>,
     candidate: Option<&'s Rule>,
+    overrides: [Vec<&'s serde_json::Value>; 2],
     counts: [Counts; 2],
 }
 
@@ -142,8 +145,15 @@ impl<'s> Tally<'s> {
                         .or_insert_with(|| Entry {
                             current: None,
                             candidate: None,
+                            overrides: Default::default(),
                             counts: Default::default(),
                         });
+                    e.overrides[side] = d
+                        .overrides
+                        .iter()
+                        .filter(|o| o.rule.as_deref().is_none_or(|x| x == &*r.id))
+                        .map(|o| &o.source)
+                        .collect();
                     if side == 0 {
                         e.current = Some(r);
                     } else {
@@ -186,7 +196,7 @@ impl<'s> Tally<'s> {
                 let change = match (e.current, e.candidate) {
                     (None, _) => "new",
                     (_, None) => "removed",
-                    (Some(a), Some(b)) if a == b => "unchanged",
+                    (Some(a), Some(b)) if a == b && e.overrides[0] == e.overrides[1] => "unchanged",
                     _ => "changed",
                 };
                 let [now, next] = e.counts;

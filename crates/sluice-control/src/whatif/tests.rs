@@ -161,6 +161,16 @@ fn new_and_removed_rules() {
     assert!(s.current.is_none());
     assert_eq!(r.newly_refused.checks, 20);
     assert_eq!(rule(&r, "per-user").change, "unchanged");
+    // An override of the rule is a change of it, and the identity it names is admitted.
+    let exempt = "overrides:\n  - { identity: { user: u }, rule: strict, exempt: true }\n";
+    let (a, b) = (
+        bucket(1000, strict),
+        bucket(1000, &format!("{strict}{exempt}")),
+    );
+    let r = replay(&recs, &a, &b, Window::default()).expect("replay");
+    assert_eq!(rule(&r, "strict").change, "changed");
+    assert_eq!(rule(&r, "per-user").change, "unchanged");
+    assert_eq!(r.newly_admitted.checks, 20);
 }
 
 /// A shadow rule's would-refusals are its refusals in the figures, and refuse no check.
