@@ -171,6 +171,8 @@ pub fn spawn_admin(
         port: Port::Admin,
         max_bytes: None,
     };
+    // Console cookies are `Secure` where the listener serves TLS.
+    state.set_secure_cookies(crate::tls::for_addr(listener.local_addr().ok()).is_some());
     let mut app = sluice_control::admin::router(state.clone());
     if let Some(extra) = extra {
         app = app.merge(sluice_control::admin::behind_tokens(&state, extra));

@@ -14,6 +14,7 @@
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService`, same gRPC port: the
 //!   service, descriptor translation, and the response (statuses, headers).
+//! - [`daemon_state`]: `GET /v1/daemon`, this daemon's breakers and gossip for the console.
 //! - [`decisions`]: the decision log: sampled checks on local disk, `GET /v1/decisions`.
 //! - [`hot`]: the hot-key layer's shell (deny cache, leases, give-backs).
 //! - [`journal`]: quota admissions during store outages, replayed on recovery.
@@ -29,6 +30,7 @@
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod daemon_state;
 pub mod decisions;
 pub mod engine;
 pub mod envoy;
@@ -290,8 +292,16 @@ pub async fn run(
         ))
     };
     let admin = listeners.admin.map(|l| {
-        let extra = engine.decisions.clone().map(decisions::api::router);
-        control::spawn_admin(&cfg, l, &rules, extra, guard.clone(), stop_rx.clone())
+        let mut extra = daemon_state::router(
+            engine.clone(),
+            regions.clone(),
+            cfg.daemon_id(),
+            cfg.region.clone(),
+        );
+        if let Some(log) = engine.decisions.clone() {
+            extra = extra.merge(decisions::api::router(log));
+        }
+        control::spawn_admin(&cfg, l, &rules, Some(extra), guard.clone(), stop_rx.clone())
     });
     tracing::info!(%http_addr, %grpc_addr, region = %cfg.region, daemon = %cfg.daemon_id(), "sluiced serving");
 

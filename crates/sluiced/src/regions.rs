@@ -276,6 +276,11 @@ impl Regions {
         self.node.local_addr()
     }
 
+    /// The gossip node, for the console's state (`GET /v1/daemon`).
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
     /// Live daemons of this region as the membership reports them now (itself included).
     pub fn region_daemons(&self) -> u64 {
         self.node.region_daemons()
