@@ -1,11 +1,13 @@
 //! `POST /v1/rules:what-if` over a daemon whose rules come from a YAML file, with a decision
-//! log handed in as records: the report, and the errors for a bad candidate, a bad window and
-//! an unreadable log.
+//! log handed in as records: the report, one read only in part, and the errors for a bad
+//! candidate, a bad window and an unreadable log.
 
 use anyhow::Result;
 use serde_json::{Value, json};
 use sluice_control::Published;
-use sluice_control::admin::{AdminConfig, AdminState, DecisionSource, router, what_if_routes};
+use sluice_control::admin::{
+    AdminConfig, AdminState, DecisionSource, LogWindow, router, what_if_routes,
+};
 use sluice_core::Micros;
 use sluice_core::rules::parse_yaml;
 use sluice_testkit::http_request;
@@ -18,10 +20,11 @@ const RULES: &str = "domain: api\nrules:\n  - { id: per-user, key: [user], algor
 #[derive(Debug)]
 struct Log {
     fail: bool,
+    partial: bool,
 }
 
 impl DecisionSource for Log {
-    fn window(&self, since: Option<Micros>, _: Option<Micros>) -> Result<Vec<Value>, String> {
+    fn window(&self, since: Option<Micros>, _: Option<Micros>) -> Result<LogWindow, String> {
         if self.fail {
             return Err("disk on fire".into());
         }
@@ -31,7 +34,7 @@ impl DecisionSource for Log {
             .as_micros() as Micros;
         let first = now - 40_000_000;
         assert!(since.is_some_and(|s| s < first), "the last hour by default");
-        Ok((0..40u64)
+        let records = (0..40u64)
             .map(|i| {
                 json!({"v": 1, "ts": first + i * 1_000_000, "domain": "api",
                        "identity": "api|user=heavy", "request_id": format!("r{i}"), "cost": 1,
@@ -40,7 +43,13 @@ impl DecisionSource for Log {
                                   "identity": "api|user=heavy"}],
                        "weight": if i == 0 { 1 } else { 10 }, "counts_in": "eu"})
             })
-            .collect())
+            .collect();
+        Ok(LogWindow {
+            records,
+            partial: self
+                .partial
+                .then(|| "only part of the log was read".to_string()),
+        })
     }
 }
 
@@ -57,11 +66,12 @@ async fn what_if_reports_and_refuses_bad_input_clearly() -> Result<()> {
     let published = Published::new(set);
     let mut servers = Vec::new();
     let mut addrs = Vec::new();
-    for fail in [false, true] {
+    for (fail, partial) in [(false, false), (true, false), (false, true)] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         addrs.push(listener.local_addr()?);
         let state = AdminState::read_only(published.clone(), AdminConfig::default());
-        let app = router(state.clone()).merge(what_if_routes(&state, Arc::new(Log { fail })));
+        let app =
+            router(state.clone()).merge(what_if_routes(&state, Arc::new(Log { fail, partial })));
         servers.push(tokio::spawn(
             async move { axum::serve(listener, app).await },
         ));
@@ -119,6 +129,18 @@ async fn what_if_reports_and_refuses_bad_input_clearly() -> Result<()> {
     let r = call(1, candidate(tight)).await??;
     assert_eq!(r.status, 500, "{}", r.text());
     assert!(r.text().contains("disk on fire"), "{}", r.text());
+    // A log read only in part says so, in the note and on its own.
+    let r = call(2, candidate(tight)).await??;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: Value = serde_json::from_slice(&r.body)?;
+    assert_eq!(v["partial"], "only part of the log was read");
+    assert!(
+        v["note"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("; only part of the log was read"),
+        "{v}"
+    );
     for s in servers {
         s.abort();
     }

@@ -264,6 +264,7 @@ mod tests {
             },
             newly_admitted: Delta::default(),
             note: "estimated from 90 records standing for 450 checks".into(),
+            partial: None,
         };
         let s = render(&r);
         assert!(s.starts_with("what-if: estimated from 90 records standing for 450 checks"));

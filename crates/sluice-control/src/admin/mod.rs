@@ -65,7 +65,7 @@ mod rules;
 mod session;
 mod versions;
 mod whatif;
-pub use whatif::{DecisionSource, what_if_routes};
+pub use whatif::{DecisionSource, LogWindow, what_if_routes};
 
 pub use auth::{
     ANONYMOUS, AdminConfig, ENV_ADMIN_PRINCIPAL, ENV_READ_PRINCIPAL, Token, TokenSpec,

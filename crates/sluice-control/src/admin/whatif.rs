@@ -23,11 +23,21 @@ use serde_json::Value;
 use sluice_core::Micros;
 use std::sync::Arc;
 
+/// What a [`DecisionSource`] read of a window.
+#[derive(Debug, Clone, Default)]
+pub struct LogWindow {
+    /// The records, any order.
+    pub records: Vec<Value>,
+    /// Why not every record of the window could be read (a read bound), if so: said in
+    /// the report.
+    pub partial: Option<String>,
+}
+
 /// A daemon's decision log, as the what-if endpoint reads it.
 pub trait DecisionSource: Send + Sync + std::fmt::Debug {
-    /// Every record with `since <= ts < until`, any order (a blocking read of local files:
-    /// called on a blocking thread). The error is said to the caller as it is.
-    fn window(&self, since: Option<Micros>, until: Option<Micros>) -> Result<Vec<Value>, String>;
+    /// Every record with `since <= ts < until` (a blocking read of local files: called on a
+    /// blocking thread). The error is said to the caller as it is.
+    fn window(&self, since: Option<Micros>, until: Option<Micros>) -> Result<LogWindow, String>;
 }
 
 #[derive(Clone, Debug)]
@@ -99,13 +109,17 @@ async fn what_if(AxState(w): AxState<WhatIf>, body: Bytes) -> ApiResult {
         .await
         .map_err(|_| ApiError::internal("reading the decision log failed"))?
         .map_err(|e| ApiError::internal(&format!("reading the decision log: {e}")))?;
-    let mut records = Vec::with_capacity(raw.len());
-    for (i, r) in raw.into_iter().enumerate() {
+    let mut records = Vec::with_capacity(raw.records.len());
+    for (i, r) in raw.records.into_iter().enumerate() {
         records
             .push(LoggedCheck::from_value(i, r).map_err(|e| ApiError::internal(&e.to_string()))?);
     }
-    let report = replay(&records, &current, &candidate, window)
+    let mut report = replay(&records, &current, &candidate, window)
         .map_err(|e| ApiError::internal(&e.to_string()))?;
+    if let Some(why) = raw.partial {
+        report.note = format!("{}; {why}", report.note);
+        report.partial = Some(why);
+    }
     let mut out = serde_json::to_value(report).map_err(|e| ApiError::internal(&e.to_string()))?;
     if let Some(p) = &w.admin.inner.serving {
         out["daemon"] = p

@@ -207,8 +207,12 @@ pub struct Report {
     /// Checks the current set refuses and the candidate admits.
     pub newly_admitted: Delta,
     /// One line saying what the figures are: an estimate from N records standing for M
-    /// checks, or that the window holds no records.
+    /// checks, or that the window holds no records (and why the window was read only in
+    /// part, if it was).
     pub note: String,
+    /// Set when not every record of the window could be read, saying why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<String>,
 }
 
 /// One check to decide: a record, or one of the checks it stands for.
@@ -398,6 +402,7 @@ pub fn replay(
         newly_refused,
         newly_admitted,
         note,
+        partial: None,
     })
 }
 

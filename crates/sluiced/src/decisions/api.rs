@@ -136,8 +136,14 @@ impl Filter {
 impl DecisionLog {
     /// The newest records `f` asks for, newest first (a partly written last line is skipped).
     pub fn query(&self, f: &Filter) -> std::io::Result<Vec<Value>> {
+        self.scan(f).map(|(records, _)| records)
+    }
+
+    /// [`DecisionLog::query`], and whether [`MAX_SCAN`] stopped the read before the
+    /// filter's `since` was reached.
+    fn scan(&self, f: &Filter) -> std::io::Result<(Vec<Value>, bool)> {
         let mut out = Vec::new();
-        super::files::newest_first_in(&self.dir, MAX_SCAN, f.since, f.until, |line| {
+        let cut = super::files::newest_first_in(&self.dir, MAX_SCAN, f.since, f.until, |line| {
             if let Ok(v) = serde_json::from_str::<Value>(line)
                 && f.matches(&v)
             {
@@ -145,21 +151,35 @@ impl DecisionLog {
             }
             out.len() < f.limit
         })?;
-        Ok(out)
+        Ok((out, cut))
     }
 }
 
 impl sluice_control::admin::DecisionSource for DecisionLog {
     /// Every record of the window, from the files that may hold it (at most [`MAX_SCAN`]
     /// bytes of them, newest first).
-    fn window(&self, since: Option<Micros>, until: Option<Micros>) -> Result<Vec<Value>, String> {
+    fn window(
+        &self,
+        since: Option<Micros>,
+        until: Option<Micros>,
+    ) -> Result<sluice_control::admin::LogWindow, String> {
         let f = Filter {
             since,
             until,
             limit: usize::MAX,
             ..Filter::default()
         };
-        self.query(&f).map_err(|e| e.to_string())
+        let (records, cut) = self.scan(&f).map_err(|e| e.to_string())?;
+        Ok(sluice_control::admin::LogWindow {
+            records,
+            partial: cut.then(|| {
+                format!(
+                    "only the newest {} MiB of this daemon's decision log were read: the \
+                     window's start was not reached",
+                    MAX_SCAN >> 20
+                )
+            }),
+        })
     }
 }
 

@@ -218,27 +218,30 @@ pub fn newest_first(
     max_scan: u64,
     keep: impl FnMut(&str) -> bool,
 ) -> std::io::Result<()> {
-    newest_first_in(dir, max_scan, None, None, keep)
+    newest_first_in(dir, max_scan, None, None, keep).map(|_| ())
 }
 
 /// [`newest_first`] over the files that may hold records at or after `since` and before
 /// `until` (epoch µs): a file starting at or after `until` is not read, and nothing older
 /// than the first file starting before `since` is. `keep` still sees every line of a file
 /// read (the caller filters by time), and `max_scan` counts only the files read, so a
-/// window further back is reached however much is newer.
+/// window further back is reached however much is newer. Answers `true` when `max_scan`
+/// stopped it with older files left that may hold records of the window.
 pub fn newest_first_in(
     dir: &Path,
     max_scan: u64,
     since: Option<Micros>,
     until: Option<Micros>,
     mut keep: impl FnMut(&str) -> bool,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let mut scanned = 0u64;
-    for (start, path) in list(dir)?.into_iter().rev() {
+    let files = list(dir)?;
+    for (i, (start, path)) in files.iter().enumerate().rev() {
+        let (start, path) = (*start, path);
         if until.is_some_and(|u| start >= u) {
             continue;
         }
-        let f = match File::open(&path) {
+        let f = match File::open(path) {
             Ok(f) => f,
             // Deleted by the writer meanwhile.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -252,14 +255,17 @@ pub fn newest_first_in(
         }
         for line in lines.iter().rev() {
             if !keep(line) {
-                return Ok(());
+                return Ok(false);
             }
         }
-        if scanned >= max_scan || since.is_some_and(|s| start < s) {
-            return Ok(());
+        if since.is_some_and(|s| start < s) {
+            return Ok(false);
+        }
+        if scanned >= max_scan {
+            return Ok(i > 0);
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 #[cfg(test)]
@@ -358,6 +364,35 @@ mod tests {
         })
         .expect("read");
         assert_eq!(n, 2, "20 bytes scanned: two lines of 10");
+        // Windows: lines 0-5 at 30 s apart, two to a file (files start at 0, 60 and 120 s).
+        let read = |max: u64, since: Option<Micros>, until: Option<Micros>| {
+            let mut seen = Vec::new();
+            let cut = newest_first_in(&dir, max, since, until, |l| {
+                seen.push(
+                    l.parse::<u64>()
+                        .map_or_else(|_| l.to_string(), |n| n.to_string()),
+                );
+                true
+            })
+            .expect("read");
+            (seen.join(","), cut)
+        };
+        assert_eq!(read(20, None, None), ("5,4".into(), true), "cut short");
+        assert_eq!(
+            read(u64::MAX, Some(T0 + 70 * S), None),
+            ("5,4,3,2".into(), false),
+            "nothing older than the file holding since"
+        );
+        assert_eq!(
+            read(u64::MAX, None, Some(T0 + 120 * S)),
+            ("3,2,1,0".into(), false),
+            "no file starting at until"
+        );
+        assert_eq!(
+            read(20, Some(T0 + 130 * S), None),
+            ("5,4".into(), false),
+            "since reached within the bound"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
