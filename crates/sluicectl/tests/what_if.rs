@@ -230,6 +230,17 @@ fn a_what_if_report_predicts_what_a_10x_tightening_refuses() -> Result<()> {
         .collect();
     assert!(!predicted.contains_key("light"), "{predicted:?}");
 
+    // The server alone answers from its own log: its half of the fleet's records.
+    let (ok, out, err) = ctl(admin, &["-o", "json", "apply", "-f", &tight, "--what-if"])?;
+    assert!(ok, "{err}");
+    let own: Value = serde_json::from_str(&out)?;
+    let (mine, all) = (own["records"].as_u64(), report["records"].as_u64());
+    assert!(
+        mine.zip(all).is_some_and(|(m, a)| m > 0 && m < a),
+        "one daemon's {mine:?} of the fleet's {all:?} records"
+    );
+    assert_eq!(own["daemon"], "d1");
+
     // The table says it too, and a bad candidate gets apply's own error.
     let mut args = vec!["apply", "-f", &tight, "--what-if"];
     args.extend(fleet);
