@@ -295,6 +295,32 @@ fn sluicectl_reaches_the_admin_api_over_https_with_a_ca_file() {
     };
     let (ok, text) = run(&["--ca-file", &ca, "-o", "json", "status"]);
     assert!(ok, "sluicectl status over https: {text}");
+    // The console's session cookie is Secure on a TLS listener (docs/console.md).
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "--cacert",
+            &ca,
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+        ])
+        .args(["--data", "token=t0ken-for-reads"])
+        .arg(format!("https://127.0.0.1:{}/ui/login", r.admin.port()))
+        .output()
+        .expect("curl");
+    let head = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    let cookie = head
+        .lines()
+        .find(|l| l.starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("no session cookie: {head}"));
+    assert!(
+        cookie.contains("; secure") && cookie.contains("httponly") && !cookie.contains("t0ken"),
+        "{cookie}"
+    );
     let (ok, text) = run(&["status"]);
     assert!(!ok, "the system's roots do not know the test CA: {text}");
     assert!(text.to_lowercase().contains("certificate"), "{text}");
