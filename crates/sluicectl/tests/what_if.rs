@@ -276,3 +276,97 @@ fn a_what_if_report_predicts_what_a_10x_tightening_refuses() -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+/// A daemon serving a rules file on the memory store (no PostgreSQL), at the default
+/// sampling: the fleet path
+/// validates the candidate itself (the server has no apply) and replays the daemon's log as
+/// that daemon's own store; the server's endpoint answers too; a bad candidate is refused
+/// with the field named.
+#[test]
+fn a_file_source_daemon_on_the_memory_store() -> Result<()> {
+    let port = free_ports(1)[0];
+    let admin = format!("127.0.0.1:{port}");
+    let node =
+        sluice_testkit::sluiced::SluicedOnRules::start_with_args(RULES, &["--admin-addr", &admin])?;
+    let user = format!("solo-{}", std::process::id());
+    // 300 checks over about 3 s: the default sampling keeps one a second (after a burst of
+    // 5), so what came in the last second after the last kept record is in no weight.
+    for _ in 0..300 {
+        std::thread::sleep(Duration::from_millis(10));
+        let body = format!(r#"{{"domain":"api","descriptors":{{"user":"{user}"}},"cost":1}}"#);
+        let r = http_request(
+            node.http,
+            "POST",
+            "/v1/limits:check",
+            &[("content-type", "application/json")],
+            body.as_bytes(),
+        )?;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let admin: SocketAddr = admin.parse()?;
+    let identity = format!("api|user={user}");
+    let path = format!("/v1/decisions?identity=api%7Cuser%3D{user}&limit=1000");
+    let start = Instant::now();
+    let mut last = 0;
+    loop {
+        let r = sluice_testkit::http_get(admin, &path)?;
+        let v: Value = serde_json::from_slice(&r.body)?;
+        let n = v["count"].as_u64().unwrap_or(0);
+        if n > 0 && n == last {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no records");
+        last = n;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dir = std::env::temp_dir().join(format!("sluice-what-if-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let tight = dir.join("tight.yaml");
+    std::fs::write(
+        &tight,
+        RULES.replace("rate: 1000/1h, burst: 1000", "rate: 100/1h, burst: 100"),
+    )?;
+    let broken = dir.join("broken.yaml");
+    std::fs::write(&broken, RULES.replace("token_bucket", "leaky_bucket"))?;
+    let (tight, broken) = (
+        tight.to_string_lossy().into_owned(),
+        broken.to_string_lossy().into_owned(),
+    );
+    let url = format!("http://{admin}");
+    for fleet in [true, false] {
+        let mut args = vec!["-o", "json", "apply", "-f", &tight, "--what-if"];
+        if fleet {
+            args.extend(["--decisions", url.as_str()]);
+        }
+        let (ok, out, err) = ctl(admin, &args)?;
+        assert!(ok, "{err}");
+        let report: Value = serde_json::from_str(&out)?;
+        assert!(
+            report["stores"].as_array().is_some_and(|s| s
+                .iter()
+                .all(|x| x.as_str().is_some_and(|x| x.starts_with("daemon:")))),
+            "{report}"
+        );
+        let refused = report["rules"][0]["candidate"]["refused_by"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["identity"] == identity.as_str())
+            .and_then(|c| c["refused"].as_u64())
+            .unwrap_or(0);
+        // 300 checks against a burst of 100 refuse 200, less what came after the last kept
+        // record (at most a second's worth, about 100).
+        assert!(
+            (90..=200).contains(&refused),
+            "fleet {fleet}: {refused}: {report}"
+        );
+    }
+    let (ok, _, err) = ctl(
+        admin,
+        &["apply", "-f", &broken, "--what-if", "--decisions", &url],
+    )?;
+    assert!(!ok && err.contains("leaky_bucket"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(node);
+    Ok(())
+}
