@@ -82,6 +82,30 @@ pub struct Plan {
     /// ([`crate::forward::peers`]): where the other origins' figures heard here are passed
     /// on ([`Hop::Forward`]). `cross` then holds only them among the forwarding regions.
     pub forward_to: Vec<usize>,
+    /// The ring's gateways in ring order, when the ring forwards (empty otherwise), and the
+    /// fan-out: what [`Plan::passes_on`] reads.
+    pub ring: Vec<usize>,
+    /// The fan-out the plan was made with.
+    pub fanout: usize,
+}
+
+impl Plan {
+    /// Whether this region passes `origin`'s figures on to `peer` (region names): only
+    /// along the origin's tree ([`crate::forward::passes_on`]), so each region hears each
+    /// figure once.
+    pub fn passes_on(&self, members: &[Member<'_>], me: &str, origin: &str, peer: &str) -> bool {
+        let at = |r: &str| {
+            self.ring
+                .iter()
+                .position(|&g| members.get(g).is_some_and(|m| m.region == r))
+        };
+        match (at(me), at(origin), at(peer)) {
+            (Some(m), Some(o), Some(p)) => {
+                crate::forward::passes_on(self.ring.len(), m, o, p, self.fanout)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The plan of `members[me]`, a relaying member, point-to-point (every other region's
@@ -124,6 +148,7 @@ pub fn plan_with(members: &[Member<'_>], me: usize, fanout: usize) -> Plan {
         .collect();
     ring.sort_unstable();
     let mut forward_to = Vec::new();
+    let mut ring_gw = Vec::new();
     let mut peers: Option<Vec<&str>> = None;
     if let Some(at) = ring.iter().position(|r| *r == this.region)
         && crate::forward::forwarding(ring.len(), fanout)
@@ -133,6 +158,7 @@ pub fn plan_with(members: &[Member<'_>], me: usize, fanout: usize) -> Plan {
             .map(|i| ring[i])
             .collect();
         forward_to = ps.iter().filter_map(|r| gw(r)).collect();
+        ring_gw = ring.iter().filter_map(|r| gw(r)).collect();
         peers = Some(ps);
     }
     for r in regions {
@@ -165,6 +191,8 @@ pub fn plan_with(members: &[Member<'_>], me: usize, fanout: usize) -> Plan {
         cross,
         fan_out,
         forward_to,
+        ring: ring_gw,
+        fanout,
     }
 }
 
@@ -489,6 +517,12 @@ mod tests {
             )
             .collect();
         assert_eq!(region_of(&p, &ms), want);
+        // Along the origin's tree: r00 passes its own figures to every peer, r10's (one hop
+        // from r10: offset 1) on to r01 (offset 2), and r01's (offset 10, a leaf) on to nobody.
+        assert!(p.passes_on(&ms, "r00", "r00", "r03"));
+        assert!(!p.passes_on(&ms, "r00", "r01", "r03"));
+        assert!(p.passes_on(&ms, "r00", "r10", "r01"));
+        assert!(!p.passes_on(&ms, "r00", "c", "r01"));
         // Fan-out 0, or a fan-out that covers every region: point-to-point as before.
         assert_eq!(plan_with(&ms, 0, 0), plan(&ms, 0));
         assert_eq!(plan_with(&ms, 0, 10).cross, plan(&ms, 0).cross);

@@ -36,10 +36,13 @@
 //! - `relay`: where a daemon's datagrams go in each `shippers` mode (for `region_sender`, one
 //!   sender per region, the core's election as addresses), and the figures a region's sender
 //!   gathers from its daemons.
+//! - `forward`: forwarding between region senders (`fanout`): other origins' figures passed
+//!   on to peer regions along the core's trees.
 //! - [`wire_check`]: the property the fuzz target and the regression replay hold the decoder
 //!   to.
 //! - `transport`: chitchat's transport over the shared, framed socket.
 
+mod forward;
 mod keyring;
 pub mod metrics;
 pub mod node;

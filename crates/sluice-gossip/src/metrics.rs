@@ -75,6 +75,8 @@ pub struct GossipMetrics {
     scope_packets: [AtomicU64; 2],
     scope_bytes: [AtomicU64; 2],
     figures_collected: AtomicU64,
+    figures_forwarded: AtomicU64,
+    packets_forwarded: AtomicU64,
     send_errors: AtomicU64,
     shipments: AtomicU64,
     membership_oversize: AtomicU64,
@@ -103,6 +105,8 @@ pub struct Gauges {
     pub shipping: bool,
     /// Whether this daemon is its region's sender and receiver (`region_sender`).
     pub region_sender: bool,
+    /// Regions in the forwarding ring this daemon last planned with (0: point-to-point).
+    pub forward_ring: u64,
     /// Shared keys held (0 without authentication, 2 during a rotation).
     pub keys: u64,
     /// Frames opened with a key other than the sealing one (a peer still seals with it).
@@ -167,6 +171,20 @@ impl GossipMetrics {
 
     pub(crate) fn collected(&self, figures: usize) {
         add(&self.figures_collected, figures as u64);
+    }
+
+    pub(crate) fn forwarded(&self, figures: usize, packets: usize) {
+        add(&self.figures_forwarded, figures as u64);
+        add(&self.packets_forwarded, packets as u64);
+    }
+
+    /// Other regions' figures this daemon forwarded to its peer regions (`gossip.fanout`),
+    /// once per figure per peer, and the datagrams that carried them.
+    pub fn forwarded_total(&self) -> (u64, u64) {
+        (
+            self.figures_forwarded.load(Ordering::Relaxed),
+            self.packets_forwarded.load(Ordering::Relaxed),
+        )
     }
 
     /// Key changes applied and refused so far.
@@ -420,11 +438,29 @@ impl GossipMetrics {
             "1 when this daemon is its region's sender and receiver (shippers: region_sender).",
             u64::from(g.region_sender),
         );
+        prom::gauge(
+            out,
+            "sluice_gossip_forward_ring",
+            "Regions in the forwarding ring this daemon plans with (gossip.fanout; 0: point-to-point).",
+            g.forward_ring,
+        );
         prom::counter(
             out,
             "sluice_gossip_figures_collected_total",
             "Figures received from this region's daemons to ship across (as its sender).",
             load(&self.figures_collected),
+        );
+        prom::counter(
+            out,
+            "sluice_gossip_figures_forwarded_total",
+            "Other regions' figures forwarded to a peer region (gossip.fanout), per peer.",
+            load(&self.figures_forwarded),
+        );
+        prom::counter(
+            out,
+            "sluice_gossip_packets_forwarded_total",
+            "Datagrams that carried forwarded figures to peer regions.",
+            load(&self.packets_forwarded),
         );
         for (name, help, c) in [
             (

@@ -6,6 +6,7 @@
 //! The daemon talks to it through three calls: [`Node::observe`] after each decision on a
 //! global rule, [`Node::remote_for`] when planning one, and [`Node::render_metrics`].
 
+use crate::forward::Forwarding;
 use crate::metrics::{Gauges, GossipMetrics, Scope};
 use crate::pack::{self, Header};
 use crate::relay;
@@ -37,6 +38,9 @@ pub const FORMAT_KEY: &str = "sluice.counts_format";
 /// The chitchat key under which a daemon says it relays (`shippers: region_sender`): only
 /// such members are elected their region's sender and receiver.
 pub const RELAY_KEY: &str = "sluice.relay";
+/// The chitchat key under which a relaying daemon publishes its fan-out when it forwards
+/// (`gossip.fanout` above 0): only regions whose sender forwards form the ring.
+pub const FANOUT_KEY: &str = "sluice.fanout";
 
 /// Wall-clock now in epoch microseconds (figures carry epoch-aligned windows).
 pub fn now_micros() -> Micros {
@@ -114,6 +118,10 @@ pub struct Config {
     pub shippers: Shippers,
     /// Received counts datagrams waiting to be merged, at most.
     pub recv_queue: usize,
+    /// `region_sender`: how many peer regions this region's sender ships and forwards to
+    /// ([`sluice_core::forward`]); 0 (the default) ships to every other region, as does any
+    /// fan-out while the forwarding regions are at most `fanout + 1`.
+    pub fanout: usize,
 }
 
 impl Config {
@@ -138,6 +146,7 @@ impl Config {
             max_remote_keys: 1_000_000,
             shippers: Shippers::default(),
             recv_queue: 8_192,
+            fanout: 0,
         }
     }
 }
@@ -175,6 +184,8 @@ pub struct Member {
     pub addr: SocketAddr,
     /// Whether it relays (`shippers: region_sender`), so it can be elected.
     pub relays: bool,
+    /// Whether it forwards other regions' figures to peer regions (`gossip.fanout` above 0).
+    pub forwards: bool,
 }
 
 struct Inner {
@@ -196,6 +207,8 @@ struct Inner {
     /// When this daemon last sent a datagram inside its region (epoch µs): a sender that did
     /// lately needs no beacon.
     in_region_at: AtomicU64,
+    /// Other regions' figures to pass on to peer regions (`fanout` above 0).
+    forwarding: Forwarding,
 }
 
 /// A running gossip node. Dropping it aborts its tasks; [`Node::shutdown`] stops them.
@@ -299,6 +312,9 @@ impl Node {
         ];
         if cfg.shippers == Shippers::RegionSender {
             published.push((RELAY_KEY.to_string(), "1".to_string()));
+            if cfg.fanout > 0 {
+                published.push((FANOUT_KEY.to_string(), cfg.fanout.to_string()));
+            }
         }
         let handle = spawn_chitchat(chitchat_cfg, published, &transport)
             .await
@@ -323,6 +339,7 @@ impl Node {
             live,
             watch: Mutex::new(SenderWatch::default()),
             in_region_at: AtomicU64::new(0),
+            forwarding: Forwarding::default(),
             cfg,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -457,6 +474,7 @@ impl Node {
             live_regions: regions.len().max(1) as u64,
             shipping: self.shipping(),
             region_sender: self.region_sender(),
+            forward_ring: self.inner.forwarding.ring() as u64,
             keys: self.inner.codec.key_count() as u64,
             older_key_frames: self.inner.codec.older_key_opens(),
         }
@@ -520,6 +538,7 @@ fn members(live: &BTreeMap<ChitchatId, NodeState>) -> Vec<Member> {
                 region: st.get(REGION_KEY)?.to_string(),
                 addr: id.gossip_advertise_addr,
                 relays: st.get(RELAY_KEY) == Some("1"),
+                forwards: st.get(FANOUT_KEY).is_some_and(|f| f != "0"),
             })
         })
         .collect()
@@ -607,7 +626,7 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             true => electable(&inner, now),
             false => members(&inner.live.borrow()),
         };
-        let routes = relaying.then(|| relay::routes(me, region, &live));
+        let routes = relaying.then(|| relay::routes(me, region, &live, inner.cfg.fanout));
         if early {
             let Some(r) = &routes else { continue };
             let was = inner.region_sender.load(Ordering::Relaxed);
@@ -628,6 +647,20 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             .sweep(now);
         let regions: BTreeSet<&str> = live.iter().map(|m| m.region.as_str()).collect();
         inner.regions.store(regions.len(), Ordering::Relaxed);
+        if inner.cfg.fanout > 0
+            && let Some(r) = &routes
+        {
+            let regions = live
+                .iter()
+                .map(|m| (m.node_id.clone(), m.region.clone()))
+                .collect();
+            let keep = 2 * inner
+                .cfg
+                .budget
+                .resend_after
+                .max(inner.cfg.ship_interval.as_micros() as Micros);
+            inner.forwarding.set_routes(r.clone(), regions, now, keep);
+        }
         let (ships, cross, collect_to) = match routes {
             Some(r) => {
                 let was = inner.region_sender.swap(r.sender, Ordering::Relaxed);
@@ -703,6 +736,7 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             // reach a region through the daemon that relays for it.
             announce_across(&inner, &cross, now).await;
         }
+        forward_due(&inner, now).await;
         if s.record {
             inner
                 .collected
@@ -728,6 +762,36 @@ fn header(inner: &Inner, now: Micros) -> Header<'_> {
         sender: &inner.cfg.node_id,
         first_seq: inner.seq.fetch_add(1, Ordering::Relaxed),
         sent_ms: now / 1000,
+    }
+}
+
+/// Sends what is due to the peer regions (`fanout` above 0): other origins' figures heard
+/// here, along their trees ([`Forwarding::due`]).
+async fn forward_due(inner: &Inner, now: Micros) {
+    if inner.cfg.fanout == 0 || !inner.forwarding.active() {
+        return;
+    }
+    let max_payload = inner
+        .cfg
+        .max_datagram
+        .saturating_sub(inner.codec.overhead());
+    let me = (inner.cfg.region.as_str(), inner.cfg.node_id.as_str());
+    let (due, figures) = inner.forwarding.due(
+        me,
+        now,
+        inner.cfg.budget.resend_after,
+        inner.cfg.budget.max_bytes,
+        max_payload,
+        &inner.seq,
+    );
+    if due.is_empty() {
+        return;
+    }
+    inner.metrics.forwarded(figures, due.len());
+    let mut frame = Vec::new();
+    for (addr, payload) in due {
+        inner.codec.seal(Kind::Counts, &payload, &mut frame);
+        send_one(inner, &frame, addr, Scope::CrossRegion).await;
     }
 }
 
@@ -861,6 +925,8 @@ async fn receive_loop(
         for addr in &fan_out {
             send_one(&inner, &frame, *addr, Scope::InRegion).await;
         }
+        // Passed on to the peer regions at once: a hop costs its link delay, not an interval.
+        forward_due(&inner, now).await;
     }
 }
 
@@ -923,6 +989,15 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) ->
         }
     }
     m.lag((now / 1000).saturating_sub(u.sent_ms));
+    let across = matches!(u.hop, Hop::Relay | Hop::Forward);
+    if across && inner.cfg.fanout > 0 {
+        let figures = resolved.iter().map(|(k, _, s, c)| (k.as_str(), *s, *c));
+        let relayed = u.hop == Hop::Relay;
+        let max = inner.cfg.max_remote_keys;
+        inner
+            .forwarding
+            .heard(&u.region, &u.sender, relayed, figures, now, max);
+    }
     if u.hop == Hop::Relay {
         inner
             .watch
@@ -933,7 +1008,7 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) ->
     // Only the origin region's figures travel on (`region` is kept by the relabel), and only
     // once: a fanned-out packet is never passed on again, nor an empty one (a sender's
     // announcement).
-    (u.hop == Hop::Relay && !u.figures.is_empty())
+    (across && !u.figures.is_empty())
         .then(|| pack::relabel(payload, Hop::FanOut))
         .flatten()
 }

@@ -19,7 +19,7 @@ pub(crate) fn core_members(live: &[Member]) -> Vec<relay::Member<'_>> {
             node_id: &m.node_id,
             region: &m.region,
             relays: m.relays,
-            forwards: false,
+            forwards: m.forwards,
         })
         .collect()
 }
@@ -55,11 +55,32 @@ pub(crate) struct Routes {
     pub collect_to: Option<SocketAddr>,
     /// Cross-region destinations and how each is reached.
     pub cross: Vec<(SocketAddr, Hop)>,
+    /// The peer regions' receivers (`gossip.fanout`): address and region.
+    pub forward_to: Vec<(SocketAddr, String)>,
+    /// The forwarding regions in ring order (empty when the ring does not forward).
+    pub ring: Vec<String>,
+    /// The fan-out the routes were planned with.
+    pub fanout: usize,
 }
 
-/// The routes of daemon `me` of `region`, from the live members (it may be missing from
-/// them while the membership settles: it counts as relaying).
-pub(crate) fn routes(me: &str, region: &str, live: &[Member]) -> Routes {
+impl Routes {
+    /// Whether `me` passes `origin`'s figures on to `peer` (region names): along the
+    /// origin's tree ([`sluice_core::forward::passes_on`]).
+    pub fn passes_on(&self, me: &str, origin: &str, peer: &str) -> bool {
+        let at = |r: &str| self.ring.iter().position(|x| x == r);
+        match (at(me), at(origin), at(peer)) {
+            (Some(m), Some(o), Some(p)) => {
+                sluice_core::forward::passes_on(self.ring.len(), m, o, p, self.fanout)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The routes of daemon `me` of `region` at fan-out `fanout`, from the live members (it
+/// may be missing from them while the membership settles: it counts as relaying, and as
+/// forwarding when `fanout` is above 0).
+pub(crate) fn routes(me: &str, region: &str, live: &[Member], fanout: usize) -> Routes {
     let mut ms = core_members(live);
     let at = match ms.iter().position(|m| m.node_id == me) {
         Some(i) => i,
@@ -68,12 +89,12 @@ pub(crate) fn routes(me: &str, region: &str, live: &[Member]) -> Routes {
                 node_id: me,
                 region,
                 relays: true,
-                forwards: false,
+                forwards: fanout > 0,
             });
             ms.len() - 1
         }
     };
-    let p = relay::plan(&ms, at);
+    let p = relay::plan_with(&ms, at, fanout);
     let addr = |i: usize| live.get(i).map(|m| m.addr);
     let mut cross: Vec<(SocketAddr, Hop)> = p
         .cross
@@ -86,6 +107,17 @@ pub(crate) fn routes(me: &str, region: &str, live: &[Member]) -> Routes {
         sender: p.sender,
         collect_to: p.collect_to.and_then(addr),
         cross,
+        forward_to: p
+            .forward_to
+            .iter()
+            .filter_map(|&i| Some((addr(i)?, live.get(i)?.region.clone())))
+            .collect(),
+        ring: p
+            .ring
+            .iter()
+            .filter_map(|&i| Some(live.get(i)?.region.clone()))
+            .collect(),
+        fanout,
     }
 }
 
@@ -111,6 +143,7 @@ mod tests {
             region: region.into(),
             addr: ([127, 0, 0, 1], port).into(),
             relays,
+            forwards: false,
         }
     }
 
@@ -127,7 +160,7 @@ mod tests {
 
     #[test]
     fn routes_are_addresses_of_the_elected() {
-        let r = routes("a-2", "a", &live());
+        let r = routes("a-2", "a", &live(), 0);
         assert!(!r.sender);
         assert_eq!(r.collect_to.map(|a| a.port()), Some(1));
         let ports: Vec<(u16, Hop)> = r.cross.iter().map(|(a, h)| (a.port(), *h)).collect();
@@ -135,10 +168,10 @@ mod tests {
             ports,
             vec![(3, Hop::Relay), (5, Hop::Direct), (6, Hop::Direct)]
         );
-        assert!(routes("a-1", "a", &live()).sender);
+        assert!(routes("a-1", "a", &live(), 0).sender);
         // Not yet in its own view of the membership: it counts as relaying, and is the
         // sender when its id is the lowest.
-        assert!(routes("a-0", "a", &live()).sender);
+        assert!(routes("a-0", "a", &live(), 0).sender);
         let f: Vec<u16> = fan_out("b-1", "b", &live())
             .iter()
             .map(|a| a.port())

@@ -172,6 +172,10 @@ pub struct HopsReport {
     /// Across, to every daemon of a region with no relaying member (none in a simulated
     /// run, where every daemon relays; kept so the hops add up as the daemon counts them).
     pub direct: HopReport,
+    /// Across, other origins' figures a receiver forwarded to a peer region (`fanout`
+    /// above 0 only), counted by the forwarding region; in the cross-region bytes too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward: Option<HopReport>,
     /// In-region bytes per second (collect and fan out), all regions.
     pub in_region_bytes_per_s: f64,
 }
@@ -559,6 +563,7 @@ pub fn build(
                     relay: hop(&g.relay),
                     fan_out,
                     direct: hop(&g.direct),
+                    forward: (sc.gossip.fanout > 0).then(|| hop(&g.forward)),
                 }
             }),
         },
@@ -865,11 +870,15 @@ pub fn table(r: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "hops (region_sender; the B/s above are the cross-region ones): collect {} · relay {} · fan out {} · direct {} · in-region {} B/s",
+            "hops (region_sender; the B/s above are the cross-region ones): collect {} · relay {} · fan out {} · direct {}{} · in-region {} B/s",
             hop(&h.collect),
             hop(&h.relay),
             hop(&h.fan_out),
             hop(&h.direct),
+            h.forward
+                .as_ref()
+                .map(|f| format!(" · forward {}", hop(f)))
+                .unwrap_or_default(),
             thousands(h.in_region_bytes_per_s.round() as u64),
         );
     }

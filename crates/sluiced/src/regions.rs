@@ -97,6 +97,11 @@ pub struct GossipConfig {
     pub max_remote_keys: usize,
     /// Which daemons ship.
     pub shippers: ShippersConfig,
+    /// `region_sender`: how many peer regions a region's sender ships to; each receiver
+    /// forwards the other regions' figures on along the origin's tree (docs/regions.md,
+    /// "Dozens of regions"). 0: to every other region (point-to-point), as is any fan-out
+    /// while the forwarding regions are at most `fanout + 1`.
+    pub fanout: usize,
     /// What the share threshold is judged on (`seen_share` by default: the count a decision
     /// saw against `share_threshold / regions`; docs/regions.md, "The busy rule").
     pub busy_on: BusyOn,
@@ -124,6 +129,7 @@ impl Default for GossipConfig {
             resend_after_ms: 5_000,
             max_remote_keys: 1_000_000,
             shippers: ShippersConfig::RegionSender,
+            fanout: 0,
             busy_on: BusyOn::default(),
             regions: 0,
         }
@@ -366,6 +372,7 @@ pub async fn start(
     };
     nc.max_datagram = g.max_datagram;
     nc.max_remote_keys = g.max_remote_keys;
+    nc.fanout = g.fanout;
     nc.shippers = match g.shippers {
         ShippersConfig::RegionSender => Shippers::RegionSender,
         ShippersConfig::EveryDaemon => Shippers::EveryDaemon,
@@ -436,6 +443,10 @@ mod tests {
             assert_eq!(g.shippers, want, "{text}");
         }
         assert!(serde_norway::from_str::<GossipConfig>("shippers: some_daemons").is_err());
+        // Point-to-point unless a fan-out is set, which reaches the node.
+        assert_eq!(GossipConfig::default().fanout, 0);
+        let g: GossipConfig = serde_norway::from_str("fanout: 4").expect("parses");
+        assert_eq!(g.fanout, 4);
     }
 
     #[test]

@@ -222,6 +222,7 @@ impl<'a> Sim<'a> {
         self.advance(at);
         let msg = Rc::new(Msg {
             from,
+            via: from,
             entries,
             bytes: 0,
         });

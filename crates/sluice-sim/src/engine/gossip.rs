@@ -17,6 +17,8 @@ use std::rc::Rc;
 pub(super) struct Msg {
     /// The region whose store counted the figures (kept on every hop).
     pub(super) from: usize,
+    /// The region that sent it over the link: `from`, but for a forward.
+    pub(super) via: usize,
     pub(super) entries: Vec<ShipEntry>,
     /// Its estimated bytes on the wire, per copy (what a fan out counts again).
     pub(super) bytes: u64,
@@ -52,6 +54,11 @@ pub(super) struct Routes {
     pub(super) cross: Vec<(usize, usize, Hop)>,
     /// The other live daemons of its region: where a relayed packet is passed on.
     pub(super) fan_out: Vec<usize>,
+    /// The peer regions' receivers (region, daemon), when the ring forwards.
+    pub(super) forward_to: Vec<(usize, usize)>,
+    /// The ring's regions in ring order, when it forwards (for
+    /// [`sluice_core::forward::passes_on`]).
+    pub(super) ring: Vec<usize>,
 }
 
 /// Gossip counters.
@@ -90,6 +97,9 @@ pub struct GossipCounters {
     pub fan_out: HopCounters,
     /// See `collect`.
     pub direct: HopCounters,
+    /// See `collect`: other origins' figures forwarded to a peer region (`fanout`), counted
+    /// by the forwarding region.
+    pub forward: HopCounters,
 }
 
 /// A shipment waiting for the observer's answer.
@@ -203,6 +213,7 @@ impl<'a> Sim<'a> {
             let bytes = message_bytes(&sc.regions[r], batch.bytes) as u64;
             let msg = Rc::new(Msg {
                 from: r,
+                via: r,
                 entries: batch.entries,
                 bytes,
             });
@@ -263,7 +274,7 @@ impl<'a> Sim<'a> {
                     node_id: &self.node_ids[r2][d2],
                     region: &sc.regions[r2],
                     relays: true,
-                    forwards: false,
+                    forwards: sc.gossip.fanout > 0,
                 });
                 at.push((r2, d2));
             }
@@ -271,8 +282,10 @@ impl<'a> Sim<'a> {
         let Some(me) = at.iter().position(|x| *x == (r, d)) else {
             return Routes::default();
         };
-        let p = relay::plan(&members, me);
+        let p = relay::plan_with(&members, me, sc.gossip.fanout);
         Routes {
+            forward_to: p.forward_to.iter().map(|&i| at[i]).collect(),
+            ring: p.ring.iter().map(|&i| at[i].0).collect(),
             collect_to: p.collect_to.map(|i| at[i].1),
             cross: p
                 .cross
@@ -324,13 +337,28 @@ impl<'a> Sim<'a> {
             gathered,
         );
         if let Some(to) = routes.collect_to {
-            self.send_hop(r, s.collect, &[(r, to, Hop::Collect)], now, &mut seq);
+            self.send_hop(r, r, s.collect, &[(r, to, Hop::Collect)], now, &mut seq);
         }
-        let across = self.send_hop(r, s.across, &routes.cross, now, &mut seq);
+        let across = self.send_hop(r, r, s.across, &routes.cross, now, &mut seq);
         if s.record {
             self.regions[r].daemons[d]
                 .collected
                 .shipped(&across.entries, local);
+        }
+        if sc.gossip.fanout > 0 && routes.collect_to.is_none() {
+            // The receiver's interval: forget what nobody ships any more, and forward what
+            // waited (the budget's rest; everything, forwarding at the interval).
+            let peers: Vec<&str> = routes
+                .forward_to
+                .iter()
+                .map(|&(r2, _)| sc.regions[r2].as_str())
+                .collect();
+            self.regions[r].daemons[d].forwarder.sweep(
+                local,
+                2 * sc.gossip.budget.resend_after.max(self.interval),
+                &peers,
+            );
+            self.forward(r, d, now);
         }
     }
 
@@ -340,6 +368,7 @@ impl<'a> Sim<'a> {
     fn send_hop(
         &mut self,
         r: usize,
+        origin: usize,
         entries: Vec<ShipEntry>,
         to: &[(usize, usize, Hop)],
         now: Micros,
@@ -348,9 +377,10 @@ impl<'a> Sim<'a> {
         let sc = self.sc;
         let n = sc.regions.len();
         let entry: usize = entries.iter().map(ShipEntry::bytes).sum();
-        let bytes = message_bytes(&sc.regions[r], entry) as u64;
+        let bytes = message_bytes(&sc.regions[origin], entry) as u64;
         let msg = Rc::new(Msg {
-            from: r,
+            from: origin,
+            via: r,
             entries,
             bytes,
         });
@@ -377,10 +407,10 @@ impl<'a> Sim<'a> {
                     IN_REGION_DELAY
                 }
                 Hop::Relay | Hop::Direct | Hop::Forward => {
-                    let c = if hop != Hop::Direct {
-                        &mut g.relay
-                    } else {
-                        &mut g.direct
+                    let c = match hop {
+                        Hop::Relay => &mut g.relay,
+                        Hop::Forward => &mut g.forward,
+                        _ => &mut g.direct,
                     };
                     c.count(r, bytes, 1);
                     g.messages += 1;
@@ -427,7 +457,7 @@ impl<'a> Sim<'a> {
         // delivery), and every daemon that reads it.
         let table = view(sc, d);
         let readers = (0..sc.daemons).filter(|x| view(sc, *x) == table);
-        if hop != Hop::FanOut && self.cut[msg.from][r] {
+        if hop != Hop::FanOut && self.cut[msg.via][r] {
             self.gossip.cut += readers.count() as u64;
             return;
         }
@@ -459,8 +489,72 @@ impl<'a> Sim<'a> {
         for reader in readers {
             self.check_heals(r, reader);
         }
-        if hop == Hop::Relay {
+        if hop == Hop::Relay || hop == Hop::Forward {
             self.fan_out(r, d, msg);
+            if sc.gossip.fanout > 0 {
+                self.heard(r, d, local, msg);
+                if sc.gossip.forward_at_once {
+                    self.forward(r, d, now);
+                }
+            }
+        }
+    }
+
+    /// A receiver keeps what another region's packet brought for forwarding (the daemon's
+    /// [`sluice_core::forward::Forwarder::heard`], with the region it came from).
+    fn heard(&mut self, r: usize, d: usize, local: Micros, msg: &Msg) {
+        let sc = self.sc;
+        let (origin, via) = (&sc.regions[msg.from], &sc.regions[msg.via]);
+        let f = &mut self.regions[r].daemons[d].forwarder;
+        for e in &msg.entries {
+            f.heard(
+                origin,
+                Some(via),
+                &e.key,
+                e.window_start,
+                e.count,
+                local,
+                sc.gossip.max_keys,
+            );
+        }
+    }
+
+    /// Daemon `d` of region `r` forwards what is due to each of its peer regions'
+    /// receivers ([`sluice_core::forward::Forwarder::take`] within the interval's budget, one message per origin),
+    /// as the daemon does on receipt (and at its shipment, for what the budget held back).
+    fn forward(&mut self, r: usize, d: usize, now: Micros) {
+        let sc = self.sc;
+        let local = self.clock(r, now);
+        let routes = self.routes(r, d);
+        if routes.collect_to.is_some() {
+            return;
+        }
+        let ring = &routes.ring;
+        let at = |x: usize| ring.iter().position(|y| *y == x);
+        for (r2, d2) in routes.forward_to {
+            let due = self.regions[r].daemons[d].forwarder.take(
+                &sc.regions[r2],
+                local,
+                sc.gossip.budget.resend_after,
+                sc.gossip.budget.max_bytes,
+                |origin| {
+                    let o = sc.regions.iter().position(|x| x == origin);
+                    match (at(r), o.and_then(at), at(r2)) {
+                        (Some(m), Some(o), Some(p)) => {
+                            sluice_core::forward::passes_on(ring.len(), m, o, p, sc.gossip.fanout)
+                        }
+                        _ => false,
+                    }
+                },
+            );
+            for (origin, entries) in due {
+                let Some(o) = sc.regions.iter().position(|x| *x == origin) else {
+                    continue;
+                };
+                let mut seq = self.seq;
+                self.seq += 1;
+                self.send_hop(r, o, entries, &[(r2, d2, Hop::Forward)], now, &mut seq);
+            }
         }
     }
 

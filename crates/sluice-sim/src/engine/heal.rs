@@ -125,9 +125,15 @@ impl<'a> Sim<'a> {
         if !self.sc.gossip.resend_on_rejoin {
             return;
         }
-        let regions = (0..self.regions.len())
+        let regions: Vec<usize> = (0..self.regions.len())
             .filter(|i| self.regions[*i].up && Some(*i) != except)
             .collect();
+        // And what their receivers forwarded (`fanout`): it may have been lost on the way.
+        for &r in &regions {
+            for d in &mut self.regions[r].daemons {
+                d.forwarder.resend_all();
+            }
+        }
         self.pipe.send(Rec::ResendAll { regions });
     }
 }

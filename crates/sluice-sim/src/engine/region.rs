@@ -8,6 +8,7 @@ use crate::rng::Rng;
 use crate::scenario::Event;
 use sluice_core::Micros;
 use sluice_core::batch::{Call, GiveBack};
+use sluice_core::forward::Forwarder;
 use sluice_core::guard::StoreGuard;
 use sluice_core::hotkeys::{Layer, lease};
 use sluice_core::merge::RemoteCounts;
@@ -32,6 +33,9 @@ pub(super) struct Daemon {
     /// What its region's daemons collected to it to ship across (`region_sender`), the
     /// daemon's own table.
     pub(super) collected: Collected,
+    /// Other origins' figures it heard as its region's receiver, and what went to each peer
+    /// region (`region_sender` with a fan-out), the daemon's own table.
+    pub(super) forwarder: Forwarder,
 }
 
 pub(super) struct Replica {
@@ -89,6 +93,7 @@ impl<'a> Sim<'a> {
                 timer: 0,
                 up: true,
                 collected: Collected::default(),
+                forwarder: Forwarder::default(),
             })
             .collect();
         self.live[r] = vec![true; sc.daemons];

@@ -184,6 +184,8 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
         budget,
         resend_on_rejoin: g.resend_on_rejoin,
         shippers: g.shippers,
+        fanout: g.fanout as usize,
+        forward_at_once: g.forward == crate::scenario::ForwardAt::AtOnce,
         busy_on: g.busy_on,
         delivery: g.delivery,
         links,

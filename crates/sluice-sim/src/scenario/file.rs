@@ -173,6 +173,18 @@ pub enum Delivery {
 /// What the share threshold is judged on: the daemon's own setting, one type for both.
 pub use sluice_core::ship::BusyOn;
 
+/// When a receiver forwards the other origins' figures it heard (`fanout` above 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardAt {
+    /// On receipt, as the daemon does: a hop costs its link delay.
+    #[default]
+    AtOnce,
+    /// At the receiver's next shipment: a hop costs up to an interval more, in fewer
+    /// messages. Only to compare (docs/accuracy.md); the daemon forwards at once.
+    AtInterval,
+}
+
 /// `[gossip]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -201,6 +213,14 @@ pub struct GossipFile {
     /// `every_daemon`, `one_per_region` or `region_sender`.
     #[serde(default = "default_shippers")]
     pub shippers: Shippers,
+    /// `region_sender`: peer regions each region's sender ships to and forwards to (the
+    /// daemon's `gossip.fanout`; 0, the default, point-to-point).
+    #[serde(default)]
+    pub fanout: u64,
+    /// When a receiver forwards what it heard: `at_once` (the daemon's), or `at_interval`
+    /// (at its next shipment; for comparison only).
+    #[serde(default)]
+    pub forward: ForwardAt,
     /// `seen_share` (the default), `region_share`, `region_count`, `seen_count` or `heard`.
     #[serde(default = "default_busy_on")]
     pub busy_on: BusyOn,
@@ -232,6 +252,8 @@ impl Default for GossipFile {
             resend_on_rejoin: true,
             phase_ms: None,
             shippers: default_shippers(),
+            fanout: 0,
+            forward: ForwardAt::default(),
             busy_on: default_busy_on(),
             delivery: default_delivery(),
             delay_ms: default_delay(),

@@ -92,6 +92,10 @@ pub struct GossipCfg {
     pub phases: Option<Vec<Micros>>,
     /// Who ships.
     pub shippers: Shippers,
+    /// `region_sender`: the fan-out of forwarding between regions (0: point-to-point).
+    pub fanout: usize,
+    /// Whether a receiver forwards on receipt (the daemon's way) or at its next shipment.
+    pub forward_at_once: bool,
     /// What the threshold is judged on.
     pub busy_on: BusyOn,
     /// How shipments reach a region's daemons.

@@ -10,6 +10,8 @@ pub const PARAM_ALIASES: &[(&str, &str)] = &[
     ("budget_bytes", "gossip.budget_bytes"),
     ("loss", "gossip.loss"),
     ("shippers", "gossip.shippers"),
+    ("fanout", "gossip.fanout"),
+    ("forward", "gossip.forward"),
     ("busy_on", "gossip.busy_on"),
     ("delivery", "gossip.delivery"),
     ("resend_on_rejoin", "gossip.resend_on_rejoin"),
