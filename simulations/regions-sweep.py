@@ -10,7 +10,9 @@ regions").
     python3 simulations/regions-sweep.py [REGIONS,..] [SEEDS,..] [--svg PATH] [--set KEY=VALUE]..
 
 `--set` passes a scenario setting to every run (`--set shippers=region_sender`: one sender per
-region, the daemon's default, instead of the simulator's every_daemon).
+region, the daemon's default, instead of the simulator's every_daemon; `--set fanout=4`
+with it: forwarding between region senders). `--only a,b` runs only those scenarios;
+`--duration S` shortens the runs (the forwarding comparison in docs/accuracy.md uses 600).
 
 The added regions are r3, r4, ...; each scenario's traffic keeps its total rate (a client
 spread over all regions takes less in each), its events name the same regions, and the
@@ -200,6 +202,18 @@ EXTRA = []
 def main():
     args = [a for a in sys.argv[1:]]
     path = os.path.join(HERE, '..', 'docs', 'img', 'overshoot-vs-regions.svg')
+    global DURATION_S
+    if '--only' in args:
+        i = args.index('--only')
+        keep = args[i + 1].split(',')
+        for name in list(SCENARIOS):
+            if name not in keep:
+                del SCENARIOS[name]
+        del args[i:i + 2]
+    if '--duration' in args:
+        i = args.index('--duration')
+        DURATION_S = int(args[i + 1])
+        del args[i:i + 2]
     while '--set' in args:
         i = args.index('--set')
         EXTRA.extend(['--set', args[i + 1]])
