@@ -314,7 +314,7 @@ pub struct RuleFigures {
     /// Rule id.
     #[prost(string, tag = "1")]
     pub rule: String,
-    /// Window start, epoch ms; 0 for cumulative figures.
+    /// Window start, epoch ms; 0 for cumulative figures (labelled per figure: `Figure`).
     #[prost(uint64, tag = "2")]
     pub window_start_ms: u64,
     /// Sorted by identity, front-coded.
