@@ -2,7 +2,9 @@
 //! its region's sender, which ships once per region pair, and the receiver fans out. It must
 //! deliver the figures as `every_daemon` does (a global rule's overshoot stays bounded), cut
 //! the cross-region bytes by about the daemons per region squared, and follow the membership
-//! when a sender dies. The simulator is seeded: every figure here is the same on every run.
+//! when a sender dies; with a fan-out, senders ship to their peer regions and receivers
+//! forward the rest, for about the same bytes. The simulator is seeded: every figure here is
+//! the same on every run.
 
 use sluice_sim::report::{self, Report, RuleReport};
 use sluice_sim::{Scenario, load, parse, run};
@@ -159,4 +161,70 @@ fn a_dead_sender_is_replaced_by_the_next_id() {
     let every =
         go(&parse(SENDER_DIES, &[("shippers".into(), "every_daemon".into())]).expect("parses"));
     assert!(rule(&r).overshoot_max <= rule(&every).overshoot_max + 0.03);
+}
+
+/// `ship-interval.toml` over `n` regions (us-east, eu-west, ap-south, r3, …) with one sender
+/// per region and fan-out `fanout`.
+fn regions(n: usize, fanout: usize) -> Scenario {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../simulations/ship-interval.toml");
+    let names: Vec<String> = ["us-east", "eu-west", "ap-south"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain((3..n).map(|i| format!("r{i}")))
+        .collect();
+    let list = format!(
+        "[{}]",
+        names
+            .iter()
+            .map(|n| format!("\"{n}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let params: Vec<(String, String)> = [
+        ("regions", list),
+        ("shippers", "region_sender".into()),
+        ("fanout", fanout.to_string()),
+        ("duration_s", "240".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    load(&path.to_string_lossy(), &params).unwrap_or_else(|e| panic!("ship-interval.toml: {e}"))
+}
+
+#[test]
+fn with_a_fan_out_senders_ship_to_their_peers_and_receivers_forward_the_rest() {
+    let p2p = go(&regions(12, 0));
+    let fwd = go(&regions(12, 3));
+    let (a, b) = (p2p.gossip.hops.as_ref(), fwd.gossip.hops.as_ref());
+    let (a, b) = (a.expect("hops"), b.expect("hops"));
+    // Point-to-point reports no forward hop; with a fan-out the senders relay to 3 peers
+    // instead of 11 and the receivers forward the rest.
+    assert!(a.forward.is_none());
+    let forward = b.forward.as_ref().expect("a forward hop with a fan-out");
+    assert!(forward.messages > 0);
+    assert!(
+        b.relay.messages * 3 < a.relay.messages,
+        "{} against {}",
+        b.relay.messages,
+        a.relay.messages
+    );
+    // Each region hears each figure once either way: cross-region bytes about the same.
+    let ratio = fwd.gossip.bytes_per_s / p2p.gossip.bytes_per_s;
+    assert!(
+        (0.7..=1.1).contains(&ratio),
+        "forwarding sent {ratio} of point-to-point's bytes"
+    );
+    // The figures arrive, a few hops later: overshoot close to point-to-point's.
+    for (x, y) in p2p.rules.iter().zip(&fwd.rules) {
+        assert_eq!(y.false_rejections, 0);
+        assert!(
+            y.overshoot_max <= x.overshoot_max + 0.03,
+            "{}: {} forwarding against {}",
+            x.id,
+            y.overshoot_max,
+            x.overshoot_max
+        );
+    }
 }
