@@ -359,6 +359,13 @@ fn the_console_signs_in_shows_the_fleet_and_keeps_reads_from_writing() {
         orders(&two);
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The lag of us's packets, by region: bounds, not the empty cell.
+    let lag = "const c = document.querySelector('#gossip-table td[data-lag=\"us\"]'); return c ? c.textContent : null;";
+    let cell = b.eval(lag);
+    assert!(
+        cell.as_str().is_some_and(|t| t.contains("ms")),
+        "us's lag not shown in eu's gossip view: {cell}"
+    );
     shoot(&b, &shots, "gossip");
 
     // Redis paused: checks time out until shard 0's breaker opens (the metric says so).

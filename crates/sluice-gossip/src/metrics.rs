@@ -1,14 +1,59 @@
 //! The shipper's counters, rendered in Prometheus text on the daemon's `/metrics`.
 //!
-//! Atomics only: the receive path never locks for a metric.
+//! Atomics, but for the lag per region: one short lock per received packet (never per
+//! figure), beside the remote table's own write lock that packet takes anyway.
 
 use crate::wire::Reject;
 use sluice_core::merge::Merged;
 use sluice_metrics::{self as prom, Counts, Kind};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Upper bounds (ms) of the lag histogram: from a packet's send time to its merge.
 const LAG_BUCKETS_MS: [u64; 10] = [1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000];
+
+/// Regions whose lag is kept apart; packets from further regions count only in the
+/// all-regions histogram, so a flood of region names cannot grow the table.
+const LAG_REGIONS: usize = 256;
+
+/// A lag histogram: per-bucket counts over [`LAG_BUCKETS_MS`], so an operator (the console,
+/// `/metrics`) reads how far behind each region's figures arrive, not only all of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lag {
+    per_bucket: [u64; LAG_BUCKETS_MS.len()],
+    count: u64,
+    sum_ms: u64,
+}
+
+impl Lag {
+    fn observe(&mut self, ms: u64) {
+        if let Some(i) = LAG_BUCKETS_MS.iter().position(|b| ms <= *b) {
+            self.per_bucket[i] += 1;
+        }
+        self.count += 1;
+        self.sum_ms = self.sum_ms.saturating_add(ms);
+    }
+
+    /// Packets observed.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The bucket bound (ms) the `q`-quantile falls under: `None` with no packet, or when it
+    /// lies past the last bound (5 s).
+    pub fn quantile_ms(&self, q: f64) -> Option<u64> {
+        let want = ((self.count as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (b, n) in LAG_BUCKETS_MS.iter().zip(&self.per_bucket) {
+            seen += n;
+            if seen >= want {
+                return Some(*b);
+            }
+        }
+        None
+    }
+}
 
 /// Outcomes of merging one received figure, as labels.
 const RESULTS: [&str; 8] = [
@@ -86,6 +131,7 @@ pub struct GossipMetrics {
     lag: [AtomicU64; LAG_BUCKETS_MS.len()],
     lag_count: AtomicU64,
     lag_sum_ms: AtomicU64,
+    region_lag: Mutex<BTreeMap<String, Lag>>,
 }
 
 /// Figures a node holds and sees, sampled when rendering.
@@ -220,7 +266,8 @@ impl GossipMetrics {
         add(&self.relay_full, 1);
     }
 
-    pub(crate) fn lag(&self, ms: u64) {
+    /// One packet from `region` (its origin) merged `ms` after its last hop sent it.
+    pub(crate) fn lag(&self, region: &str, ms: u64) {
         for (b, c) in LAG_BUCKETS_MS.iter().zip(&self.lag) {
             if ms <= *b {
                 add(c, 1);
@@ -228,6 +275,34 @@ impl GossipMetrics {
         }
         add(&self.lag_count, 1);
         add(&self.lag_sum_ms, ms);
+        let mut t = self.region_lag.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = t.get_mut(region) {
+            l.observe(ms);
+        } else if t.len() < LAG_REGIONS {
+            t.entry(region.to_string()).or_default().observe(ms);
+        }
+    }
+
+    /// The lag of packets from every region together.
+    pub fn lag_all(&self) -> Lag {
+        let cumulative = self.lag.each_ref().map(|c| c.load(Ordering::Relaxed));
+        let mut l = Lag {
+            count: self.lag_count.load(Ordering::Relaxed),
+            sum_ms: self.lag_sum_ms.load(Ordering::Relaxed),
+            ..Lag::default()
+        };
+        let mut below = 0;
+        for (i, c) in cumulative.iter().enumerate() {
+            l.per_bucket[i] = c.saturating_sub(below);
+            below = below.max(*c);
+        }
+        l
+    }
+
+    /// The lag of packets by origin region (this one's own: its daemons' in-region hops).
+    pub fn lag_by_region(&self) -> Vec<(String, Lag)> {
+        let t = self.region_lag.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter().map(|(r, l)| (r.clone(), *l)).collect()
     }
 
     /// Frames dropped for `r` so far.
@@ -396,6 +471,22 @@ impl GossipMetrics {
             sum: load(&self.lag_sum_ms) as f64 / 1000.0,
         }
         .write(out, lag, &[]);
+        let by_region = "sluice_gossip_region_lag_seconds";
+        prom::header(
+            out,
+            by_region,
+            "sluice_gossip_lag_seconds by the packet's origin region.",
+            Kind::Histogram,
+        );
+        for (region, l) in self.lag_by_region() {
+            prom::Histogram {
+                bounds: &LAG_BUCKETS_MS.map(|b| b as f64 / 1000.0),
+                counts: Counts::PerBucket(&l.per_bucket),
+                count: l.count,
+                sum: l.sum_ms as f64 / 1000.0,
+            }
+            .write(out, by_region, &[("region", &region)]);
+        }
         prom::gauge(
             out,
             "sluice_gossip_remote_keys",
@@ -492,7 +583,7 @@ mod tests {
         m.reject(Reject::BadTag);
         m.figure(Merged::New);
         m.unknown_rule();
-        m.lag(30);
+        m.lag("us", 30);
         m.shipment(5, 2, 1, 0);
         let mut out = String::new();
         m.render(
@@ -508,6 +599,9 @@ mod tests {
         assert!(out.contains("sluice_gossip_figures_received_total{result=\"unknown_rule\"} 1"));
         assert!(out.contains("sluice_gossip_lag_seconds_bucket{le=\"0.025\"} 0"));
         assert!(out.contains("sluice_gossip_lag_seconds_bucket{le=\"0.05\"} 1"));
+        assert!(
+            out.contains("sluice_gossip_region_lag_seconds_bucket{region=\"us\",le=\"0.05\"} 1")
+        );
         assert!(out.contains("sluice_gossip_figures_shipped_total 5"));
         assert!(out.contains("sluice_gossip_figures_deferred_total 2"));
         assert!(out.contains("sluice_gossip_remote_keys 3"));
@@ -523,9 +617,9 @@ mod tests {
         m.reject(Reject::BadTag);
         m.figure(Merged::New);
         m.unknown_rule();
-        m.lag(30);
-        m.lag(3);
-        m.lag(7000);
+        m.lag("us", 30);
+        m.lag("us", 3);
+        m.lag("ap", 7000);
         m.shipment(5, 2, 1, 0);
         m.sent(100, Scope::CrossRegion);
         let mut out = String::new();
@@ -537,5 +631,38 @@ mod tests {
         };
         m.render(&mut out, &g);
         assert_eq!(out, include_str!("../testdata/metrics.prom"));
+    }
+
+    #[test]
+    fn lag_is_kept_per_region_and_read_as_bucket_bounds() {
+        let m = GossipMetrics::default();
+        for _ in 0..60 {
+            m.lag("us", 4);
+        }
+        for _ in 0..39 {
+            m.lag("ap", 200);
+        }
+        m.lag("ap", 9000);
+        let all = m.lag_all();
+        assert_eq!(all.count(), 100);
+        assert_eq!(all.quantile_ms(0.5), Some(5));
+        assert_eq!(all.quantile_ms(0.99), Some(250));
+        assert_eq!(all.quantile_ms(1.0), None, "past the last bound");
+        let by: BTreeMap<String, Lag> = m.lag_by_region().into_iter().collect();
+        assert_eq!(by["us"].count(), 60);
+        assert_eq!(by["us"].quantile_ms(0.99), Some(5));
+        assert_eq!(by["ap"].quantile_ms(0.5), Some(250));
+        assert_eq!(by["ap"].quantile_ms(1.0), None);
+        assert_eq!(Lag::default().quantile_ms(0.5), None, "no packet");
+    }
+
+    #[test]
+    fn the_region_table_is_bounded() {
+        let m = GossipMetrics::default();
+        for i in 0..LAG_REGIONS + 10 {
+            m.lag(&format!("r{i}"), 1);
+        }
+        assert_eq!(m.lag_by_region().len(), LAG_REGIONS);
+        assert_eq!(m.lag_all().count(), (LAG_REGIONS + 10) as u64);
     }
 }

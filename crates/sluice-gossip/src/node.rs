@@ -988,7 +988,7 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) ->
             m.figure(r);
         }
     }
-    m.lag((now / 1000).saturating_sub(u.sent_ms));
+    m.lag(&u.region, (now / 1000).saturating_sub(u.sent_ms));
     let across = matches!(u.hop, Hop::Relay | Hop::Forward);
     if across && inner.cfg.fanout > 0 {
         let figures = resolved.iter().map(|(k, _, s, c)| (k.as_str(), *s, *c));

@@ -1,8 +1,8 @@
 //! `GET /v1/daemon`: this daemon's own state in one JSON answer, for the operator console
 //! (docs/console.md): its id, region, store and rules version, the store breaker of each
 //! shard (what `sluice_breaker_*` exports), and gossip (membership by region, the figures
-//! each other region shipped here and its busiest keys, the lag histogram's quantiles, the
-//! shipping counters). On the admin listener behind the read token, beside the decision log.
+//! each other region shipped here and its busiest keys, the lag's quantiles by origin region
+//! and over all, the shipping counters). On the admin listener behind the read token, beside the decision log.
 
 use crate::engine::Engine;
 use crate::regions::Regions;
@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 use sluice_core::breaker::BreakerState;
+use sluice_gossip::metrics::Lag;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -97,6 +98,7 @@ fn gossip_json(r: &Regions, own: &str) -> Value {
             .push(member.node_id);
     }
     by_region.entry(own.to_string()).or_default();
+    let lags: BTreeMap<String, Lag> = m.lag_by_region().into_iter().collect();
     for (key, region, _window, figure) in node.remote_snapshot() {
         let e = by_region.entry(region).or_default();
         e.slots += 1;
@@ -115,9 +117,11 @@ fn gossip_json(r: &Regions, own: &str) -> Value {
             let mut busy: Vec<(String, u64)> = keys.iter().map(|(k, f)| (k.clone(), *f)).collect();
             busy.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             busy.truncate(BUSY_KEYS);
+            let lag = lags.get(&region).copied().unwrap_or_default();
             json!({
                 "region": region,
                 "this_region": region == own,
+                "lag": lag_json(&lag),
                 "daemons": daemons,
                 "remote_slots": slots,
                 "remote_keys": keys.len(),
@@ -125,8 +129,6 @@ fn gossip_json(r: &Regions, own: &str) -> Value {
             })
         })
         .collect();
-    let mut text = String::new();
-    node.render_metrics(&mut text);
     json!({
         "live_nodes": g.live_nodes,
         "live_regions": g.live_regions,
@@ -136,62 +138,13 @@ fn gossip_json(r: &Regions, own: &str) -> Value {
         "shipped_total": m.shipped(),
         "deferred_total": m.deferred(),
         "merged_total": m.merged(),
-        "lag": lag_json(&text),
+        "lag": lag_json(&m.lag_all()),
         "regions": regions,
     })
 }
 
-/// The lag histogram (`sluice_gossip_lag_seconds`, as the node renders it) as a count and
-/// the bucket bounds its median and 99th percentile fall under, in ms (`null` past the last
-/// bound).
-fn lag_json(metrics: &str) -> Value {
-    let mut buckets: Vec<(Option<f64>, u64)> = Vec::new();
-    for line in metrics.lines() {
-        let Some(rest) = line.strip_prefix("sluice_gossip_lag_seconds_bucket{le=\"") else {
-            continue;
-        };
-        let Some((le, n)) = rest.split_once("\"} ") else {
-            continue;
-        };
-        let Ok(n) = n.trim().parse::<u64>() else {
-            continue;
-        };
-        buckets.push((le.parse::<f64>().ok().filter(|v| v.is_finite()), n));
-    }
-    let count = buckets.last().map_or(0, |b| b.1);
-    let at = |q: f64| -> Value {
-        let want = ((count as f64) * q).ceil() as u64;
-        buckets
-            .iter()
-            .find(|(_, n)| *n >= want.max(1))
-            .and_then(|(le, _)| *le)
-            .map_or(Value::Null, |s| json!((s * 1000.0).round() as u64))
-    };
-    json!({"count": count, "p50_ms": at(0.5), "p99_ms": at(0.99)})
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lag_quantiles_are_bucket_bounds() {
-        let text = "sluice_gossip_lag_seconds_bucket{le=\"0.001\"} 0\n\
-                    sluice_gossip_lag_seconds_bucket{le=\"0.005\"} 60\n\
-                    sluice_gossip_lag_seconds_bucket{le=\"0.25\"} 99\n\
-                    sluice_gossip_lag_seconds_bucket{le=\"5\"} 99\n\
-                    sluice_gossip_lag_seconds_bucket{le=\"+Inf\"} 100\n\
-                    sluice_gossip_lag_seconds_count 100\n";
-        assert_eq!(
-            lag_json(text),
-            json!({"count": 100, "p50_ms": 5, "p99_ms": 250})
-        );
-        let none = "sluice_gossip_lag_seconds_bucket{le=\"0.001\"} 0\nsluice_gossip_lag_seconds_bucket{le=\"+Inf\"} 0\n";
-        assert_eq!(
-            lag_json(none),
-            json!({"count": 0, "p50_ms": Value::Null, "p99_ms": Value::Null})
-        );
-        let slow = "sluice_gossip_lag_seconds_bucket{le=\"5\"} 0\nsluice_gossip_lag_seconds_bucket{le=\"+Inf\"} 2\n";
-        assert_eq!(lag_json(slow)["p99_ms"], Value::Null, "past the last bound");
-    }
+/// A lag histogram as a count and the bucket bounds its median and 99th percentile fall
+/// under, in ms (`null` with no packet or past the last bound).
+fn lag_json(l: &Lag) -> Value {
+    json!({"count": l.count(), "p50_ms": l.quantile_ms(0.5), "p99_ms": l.quantile_ms(0.99)})
 }

@@ -169,6 +169,11 @@ function renderDaemons(status) {
   fill("daemons-table", rows, 7, "no daemon has reported");
 }
 
+// A region's lag: the bounds its p50 and p99 fall under (its own region: in-region hops).
+function lagCell(lag) {
+  return lag.count === 0 ? "–" : `${bound(lag.p50_ms)} / ${bound(lag.p99_ms)}`;
+}
+
 function bound(ms) {
   return ms === null ? "> 5 s" : "≤ " + ms + " ms";
 }
@@ -176,7 +181,7 @@ function bound(ms) {
 function renderDaemon(daemon) {
   if (!daemon.ok) {
     fill("breakers-table", [], 3, errorText(daemon));
-    fill("gossip-table", [], 5, errorText(daemon));
+    fill("gossip-table", [], 6, errorText(daemon));
     return;
   }
   const d = daemon.body;
@@ -189,7 +194,7 @@ function renderDaemon(daemon) {
   const g = d.gossip;
   if (!g) {
     document.getElementById("gossip-summary").textContent = "";
-    fill("gossip-table", [], 5, "gossip is off on this daemon (no gossip.addr)");
+    fill("gossip-table", [], 6, "gossip is off on this daemon (no gossip.addr)");
     fill("gossip-counters", [], 2, "");
     return;
   }
@@ -200,11 +205,12 @@ function renderDaemon(daemon) {
     el("td", { class: "mono" }, r.daemons.join(", ")),
     el("td", { class: "num" }, r.this_region ? "–" : r.remote_slots),
     el("td", { class: "num" }, r.this_region ? "–" : r.remote_keys),
+    el("td", { "data-lag": r.region }, lagCell(r.lag)),
     el("td", { class: "mono" }, r.busy_keys.map((k) => `${k.key} (${k.figure})`).join(", ")))),
-  5, "no region");
+  6, "no region");
   const lag = g.lag;
   const lagText = lag.count === 0 ? "no packet merged yet"
-    : `p50 ${bound(lag.p50_ms)}, p99 ${bound(lag.p99_ms)} (${lag.count} packets, all regions)`;
+    : `p50 ${bound(lag.p50_ms)}, p99 ${bound(lag.p99_ms)} (${lag.count} packets, all regions; per region in the table)`;
   const counters = [
     ["Lag, send to merge", lagText],
     ["Ships this region's figures", g.shipping ? "yes" : "no"],
