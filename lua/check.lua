@@ -57,6 +57,9 @@
 local SECOND = 1000000     -- microseconds
 local MILLI = 1000
 local MAX_EXACT = 9007199254740991 -- 2^53 - 1
+-- core: algo::UNLABELLED. Added to a shared bucket's rprev: generation labels off (a region
+-- not yet all on this release), so its state keeps the older form.
+local UNLABELLED = 4294967296 -- 2^32
 
 -- Library functions as locals: a global or table lookup per use is a measurable part of a
 -- check in Redis's Lua (docs/redis.md, "What a check costs Redis").
@@ -284,12 +287,21 @@ local function bucket_usage(it, used, remaining)
     return it.p2 - remaining
 end
 
--- core: token_bucket::born_at. A fresh key of a shared rule is labelled with its birth (ms).
+-- core: token_bucket::born_at. A fresh key of a shared rule is labelled with its birth (ms),
+-- unless labels are off.
 local function born_at(now, rprev)
-    if rprev ~= 0 then
+    if rprev ~= 0 and rprev < UNLABELLED then
         return idiv(now, MILLI)
     end
     return 0
+end
+
+-- core: token_bucket::kept_born. A stored birth stamp is dropped when labels are off.
+local function kept_born(born, rprev)
+    if rprev >= UNLABELLED then
+        return 0
+    end
+    return born
 end
 
 -- core: token_bucket::generation, in ms (the daemon multiplies by 1000): the label a shared
@@ -330,10 +342,11 @@ end
 -- ceil(burst / R) with R = rprev, at least 1 and at most the burst: R regions that each see
 -- a new key start together with about one burst, not R.
 local function fresh_share(burst, rprev)
-    if rprev <= 1 then
+    local regions = rprev % UNLABELLED
+    if regions <= 1 then
         return burst
     end
-    return min(max(ceil_div(burst, rprev), 1), burst)
+    return min(max(ceil_div(burst, regions), 1), burst)
 end
 
 -- core: Remote::fresh_seen. The remote figure a fresh bucket key takes as drained: the
@@ -360,7 +373,7 @@ local function tb_current(rate, scale, burst, st, now, rcur, rprev)
         ts = max(st[2], now)
         seen = st[3]
         used = st[4]
-        born = st[5]
+        born = kept_born(st[5], rprev)
     else
         tokens, ts, used = fresh_share(burst, rprev) * scale, now, 0
         seen = fresh_seen(burst, rcur, rprev)
@@ -463,7 +476,7 @@ end
 local function gcra_current(t, burst, st, now, rcur, rprev)
     local tat, seen, used, born
     if st then
-        tat, seen, used, born = st[1], st[2], st[3], st[4]
+        tat, seen, used, born = st[1], st[2], st[3], kept_born(st[4], rprev)
     else
         -- Fresh: this region's share of the cells free (all of them unless shared), the
         -- rest left to the other regions' shares.

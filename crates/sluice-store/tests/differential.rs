@@ -22,7 +22,7 @@ mod common;
 
 use common::{load, redis, script_loaded};
 use redis::Value;
-use sluice_core::algo::{Calendar, CalendarUnit, Rate, Window};
+use sluice_core::algo::{Calendar, CalendarUnit, Rate, UNLABELLED, Window};
 use sluice_core::batch::{Call, CallResult, GiveBack, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
@@ -591,14 +591,22 @@ fn run_sequence(
             enforce: !mixed || rng.chance(0.75),
             charge_rejected: rng.chance(0.3),
             // Half the buckets start shared (they count `used`) among 1 to 5 regions (a
-            // fresh key holds its region's share of the burst); the scope may flip below.
-            remote: Remote {
-                cur: 0,
-                prev: if matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(0.5) {
-                    rng.range(1, 5)
+            // fresh key holds its region's share of the burst), a quarter of those with
+            // generation labels off; the scope and the labels may flip below.
+            remote: {
+                let r = Remote {
+                    cur: 0,
+                    prev: if matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(0.5) {
+                        rng.range(1, 5)
+                    } else {
+                        0
+                    },
+                };
+                if rng.chance(0.25) {
+                    r.without_labels()
                 } else {
-                    0
-                },
+                    r
+                }
             },
         })
         .collect();
@@ -644,6 +652,17 @@ fn run_sequence(
                         cur: rng.range(0, limit.min(1_000) + 3),
                         prev: rng.range(0, limit.min(1_000) + 3),
                     },
+                };
+            }
+            // Labels turned off or on again (a region rolled onto a release, or back).
+            if matches!(alg, Alg::Tb | Alg::Gcra) && rng.chance(0.05) {
+                item.remote = if item.remote.unlabelled() {
+                    Remote {
+                        prev: item.remote.prev - UNLABELLED,
+                        ..item.remote
+                    }
+                } else {
+                    item.remote.without_labels()
                 };
             }
         }

@@ -109,6 +109,12 @@ pub struct GossipConfig {
     /// regions the membership lists count when more (0: the membership alone). Set it to the
     /// regions deployed, so a region that has not joined yet does not enlarge the shares.
     pub regions: usize,
+    /// Whether a global bucket's key carries its generation's birth stamp, so a restarted key
+    /// is drained elsewhere from its first unit (docs/regions.md). Set it to `false` while a
+    /// region's daemons are being rolled onto this release from one without labels: an
+    /// older daemon's script refuses a labelled state, and with labels off this one writes
+    /// (and rewrites) the older form (docs/upgrading.md).
+    pub bucket_generations: bool,
 }
 
 impl Default for GossipConfig {
@@ -132,6 +138,7 @@ impl Default for GossipConfig {
             fanout: 0,
             busy_on: BusyOn::default(),
             regions: 0,
+            bucket_generations: true,
         }
     }
 }
@@ -266,6 +273,7 @@ pub struct Regions {
     node: Node,
     busy_on: BusyOn,
     regions: usize,
+    bucket_generations: bool,
 }
 
 impl std::fmt::Debug for Regions {
@@ -304,10 +312,16 @@ impl RemoteSource for Regions {
     /// counts the region's cumulative `used` in the key and returns it as the outcome's
     /// `usage`). The simulator plans with the same function. A bucket is shared by the
     /// regions the busy rule counts (the membership's, or `gossip.regions` when more): a key
-    /// new to this region starts with that share of the burst.
+    /// new to this region starts with that share of the burst; with `bucket_generations`
+    /// off its key keeps the form a release before labels reads ([`Remote::without_labels`]).
     fn remote(&self, key: &str, params: &Params, now: Micros) -> Remote {
         let regions = self.regions.max(self.node.regions());
-        self.node.remote_among(key, params, now, regions)
+        let remote = self.node.remote_among(key, params, now, regions);
+        if self.bucket_generations {
+            remote
+        } else {
+            remote.without_labels()
+        }
     }
 }
 
@@ -388,6 +402,7 @@ pub async fn start(
         node,
         busy_on: g.busy_on,
         regions: g.regions,
+        bucket_generations: g.bucket_generations,
     });
     if keys.len() > 1 {
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -445,6 +460,9 @@ mod tests {
         assert!(serde_norway::from_str::<GossipConfig>("shippers: some_daemons").is_err());
         // Point-to-point unless a fan-out is set, which reaches the node.
         assert_eq!(GossipConfig::default().fanout, 0);
+        assert!(GossipConfig::default().bucket_generations);
+        let g: GossipConfig = serde_norway::from_str("bucket_generations: false").expect("parses");
+        assert!(!g.bucket_generations);
         let g: GossipConfig = serde_norway::from_str("fanout: 4").expect("parses");
         assert_eq!(g.fanout, 4);
     }

@@ -5,7 +5,7 @@
 //! (`10/1m`: 6 s, `1/1h`, 1,000/s). Where that rounding matters (above ~10,000/s) use
 //! `token_bucket`, which is exact at every rate.
 
-use super::token_bucket::{born_at, generation, kept_past_full, usage, used_after};
+use super::token_bucket::{born_at, generation, kept_born, kept_past_full, usage, used_after};
 use super::{MAX_USED, Outcome, Rate, Request, State, probe_cost};
 use crate::time::Micros;
 
@@ -45,7 +45,7 @@ fn current(
             seen,
             used,
             born,
-        }) => (*tat, *seen, *used, *born),
+        }) => (*tat, *seen, *used, kept_born(*born, req)),
         // Fresh: every cell free, or this region's share of the burst for a shared rule (the
         // TAT as if the rest had just been taken).
         _ => (

@@ -205,6 +205,14 @@ pub struct Remote {
     pub prev: u64,
 }
 
+/// Added to a shared bucket's `prev` (above any region count) to keep generation labels off:
+/// the store then writes a shared bucket's state without its birth stamp, in the form a
+/// release before labels reads ("tokens ts seen used", "tat seen used"), and drops a stamp it
+/// finds. Why: the daemons of one region share its store, and an older daemon's script
+/// refuses a labelled state as corrupt, so a region rolled onto this release runs with labels
+/// off until every daemon has it (`gossip.bucket_generations: false`, docs/upgrading.md).
+pub const UNLABELLED: u64 = 1 << 32;
+
 impl Remote {
     /// A shared bucket's remote figure: other regions' cumulative consumption `cur`, the
     /// rule shared by `regions` regions (the daemon's count of regions with a live member;
@@ -221,16 +229,46 @@ impl Remote {
         self.prev != 0
     }
 
+    /// The same figure with generation labels off ([`UNLABELLED`]); unchanged for a
+    /// region-scope rule or one already off.
+    pub fn without_labels(self) -> Remote {
+        if self.labels() {
+            Remote {
+                prev: self.prev + UNLABELLED,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
+    /// Whether a shared bucket's key carries its generation's birth stamp.
+    pub fn labels(&self) -> bool {
+        self.prev != 0 && !self.unlabelled()
+    }
+
+    /// Whether the caller turned labels off for a shared rule (a stored stamp is dropped).
+    /// Not for region scope or a give-back, which carry no figure and keep what is stored.
+    pub fn unlabelled(&self) -> bool {
+        self.prev >= UNLABELLED
+    }
+
+    /// The regions sharing the rule (0 for region scope).
+    fn regions(&self) -> u64 {
+        self.prev % UNLABELLED
+    }
+
     /// Units a fresh bucket key holds at once: the whole `burst` for a region-scope rule or
     /// one region, else this region's share ceil(burst / R), at least 1 and at most the
     /// burst. Why: R regions that each see a new key start together with about one burst
     /// (at most burst + R − 1 from the rounding), the global burst the rule promises; each
     /// then refills to the full burst at the rate. `lua/check.lua` computes the same.
     pub fn fresh_share(&self, burst: u64) -> u64 {
-        if self.prev <= 1 {
+        let regions = self.regions();
+        if regions <= 1 {
             burst
         } else {
-            burst.div_ceil(self.prev).max(1).min(burst)
+            burst.div_ceil(regions).max(1).min(burst)
         }
     }
 

@@ -32,13 +32,17 @@ pub(super) fn used_after(used: u64, cost: u64, burst: u64, req: &Request<'_>) ->
 }
 
 /// The birth stamp a key created at `now` gets (epoch milliseconds): its generation's label,
-/// for a shared rule only (an unshared key keeps its small state and ships nothing).
+/// for a shared rule only (an unshared key keeps its small state and ships nothing), and
+/// only with labels on ([`super::UNLABELLED`]).
 pub(super) fn born_at(now: Micros, req: &Request<'_>) -> u64 {
-    if req.remote.shares_bucket() {
-        now / MILLI
-    } else {
-        0
-    }
+    if req.remote.labels() { now / MILLI } else { 0 }
+}
+
+/// A stored birth stamp as the next write keeps it: dropped when the caller turned labels
+/// off, so the key is written again in the form an older release reads
+/// ([`super::UNLABELLED`]).
+pub(super) fn kept_born(born: u64, req: &Request<'_>) -> u64 {
+    if req.remote.unlabelled() { 0 } else { born }
 }
 
 /// `Outcome::generation`: the label the figure ships under (the birth stamp in epoch µs, a
@@ -108,7 +112,13 @@ pub(super) fn current(
             } else {
                 tokens + elapsed * units
             };
-            (tokens, (*ts).max(req.now), *seen, *used, *born)
+            (
+                tokens,
+                (*ts).max(req.now),
+                *seen,
+                *used,
+                kept_born(*born, req),
+            )
         }
         // Fresh: full, or this region's share of the burst for a shared rule, the rest left
         // to the other regions' shares.
@@ -363,6 +373,57 @@ mod tests {
         let (s, _) = take(&p, Some(&s), &r(1_000, true));
         assert!(matches!(s, State::TokenBucket { used: 13, .. }));
         assert_eq!(evaluate(&p, Some(&s), &r(1, true)).usage, 13);
+    }
+
+    /// Labels off: a shared bucket and a shared GCRA are written in the form a release
+    /// before labels reads (four and three fields), a stored stamp is dropped, the outcome
+    /// ships under 0, and everything else (the share of the burst, `used`) is as with labels.
+    #[test]
+    fn labels_off_write_the_older_form() {
+        let t0 = 1_800_000_000 * SECOND;
+        let on = Remote::shared_bucket(0, 3);
+        let off = on.without_labels();
+        assert!(on.labels() && !off.labels() && off.unlabelled() && off.shares_bucket());
+        assert_eq!(off.without_labels(), off);
+        assert_eq!(off.fresh_share(100), on.fresh_share(100));
+        assert_eq!(Remote::default().without_labels(), Remote::default());
+        let at = |remote| Request {
+            now: t0,
+            cost: 1,
+            request_id: "",
+            remote,
+        };
+        for p in [
+            Params::TokenBucket {
+                rate: Rate::per_second(10),
+                burst: 100,
+            },
+            Params::Gcra {
+                rate: Rate::per_second(10),
+                burst: 100,
+            },
+        ] {
+            let fields = if matches!(p, Params::Gcra { .. }) {
+                3
+            } else {
+                4
+            };
+            let (labelled, _) = super::super::take(&p, None, &at(on));
+            let (plain, _) = super::super::take(&p, None, &at(off));
+            assert_eq!(
+                labelled.encode().split(' ').count(),
+                fields + 1,
+                "{labelled:?}"
+            );
+            assert_eq!(plain.encode().split(' ').count(), fields, "{plain:?}");
+            // A labelled key met with labels off loses its stamp and keeps its count.
+            let (again, _) = super::super::take(&p, Some(&labelled), &at(off));
+            assert_eq!(again.encode().split(' ').count(), fields, "{again:?}");
+            let o = super::super::evaluate(&p, Some(&again), &at(off));
+            assert_eq!((o.usage, o.generation), (3, 0));
+            let o = super::super::evaluate(&p, Some(&labelled), &at(on));
+            assert_eq!((o.usage, o.generation), (2, t0));
+        }
     }
 
     #[test]
