@@ -381,19 +381,41 @@ fn sum(slots: &[Slot], keep: impl Fn(&Slot) -> bool) -> u64 {
     })
 }
 
+/// A figure into the slot it already has: the max.
+fn raise(s: &mut Slot, fw: FigureWindow, count: u64) -> Merged {
+    if count <= s.count {
+        return Merged::Unchanged;
+    }
+    s.count = count;
+    // A cumulative figure that rises is in use: it counts for another refill period.
+    s.expires = s.expires.max(fw.expires);
+    Merged::Raised
+}
+
+/// A figure into a slot of its own (a window or generation not held yet).
+fn push_slot(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64) -> Merged {
+    slots.push(Slot {
+        region,
+        cumulative: fw.cumulative,
+        start: fw.start,
+        count,
+        base: 0,
+        expires: fw.expires,
+    });
+    if count == 0 {
+        Merged::Unchanged
+    } else {
+        Merged::New
+    }
+}
+
 /// The max-merge of one figure into a key's slots.
 fn merge_slot(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64, now: Micros) -> Merged {
     if let Some(s) = slots
         .iter_mut()
         .find(|s| s.region == region && s.start == fw.start)
     {
-        if count <= s.count {
-            return Merged::Unchanged;
-        }
-        s.count = count;
-        // A cumulative figure that rises is in use: it counts for another refill period.
-        s.expires = s.expires.max(fw.expires);
-        return Merged::Raised;
+        return raise(s, fw, count);
     }
     // Drop this region's slots that no longer count, then make room if it holds two windows.
     slots.retain(|s| s.region != region || s.expires > now);
@@ -413,19 +435,7 @@ fn merge_slot(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64, now:
             None => {}
         }
     }
-    slots.push(Slot {
-        region,
-        cumulative: fw.cumulative,
-        start: fw.start,
-        count,
-        base: 0,
-        expires: fw.expires,
-    });
-    if count == 0 {
-        Merged::Unchanged
-    } else {
-        Merged::New
-    }
+    push_slot(slots, region, fw, count)
 }
 
 /// Generations a region keeps per key, the older ones folded into the base: the current one
@@ -446,36 +456,12 @@ const GENERATIONS_PER_REGION: usize = 2;
 /// an unlabelled slot as the same generation (max). So a region of older daemons behaves as
 /// before, and a region mixing both never counts a unit twice.
 fn merge_generation(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64) -> Merged {
-    let raise = |s: &mut Slot| {
-        if count <= s.count {
-            return Merged::Unchanged;
-        }
-        s.count = count;
-        // A cumulative figure that rises is in use: it counts for another refill period.
-        s.expires = s.expires.max(fw.expires);
-        Merged::Raised
-    };
     let newest = slots
         .iter()
         .filter(|s| s.region == region)
         .map(|s| s.start)
         .max();
     match newest {
-        None => {
-            slots.push(Slot {
-                region,
-                cumulative: true,
-                start: fw.start,
-                count,
-                base: 0,
-                expires: fw.expires,
-            });
-            return if count == 0 {
-                Merged::Unchanged
-            } else {
-                Merged::New
-            };
-        }
         // An unlabelled slot (the only one the region can have then) and a labelled figure:
         // the same generation, now labelled.
         Some(0) if fw.start > 0 => {
@@ -483,7 +469,7 @@ fn merge_generation(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64
                 return Merged::Unchanged;
             };
             s.start = fw.start;
-            return raise(s);
+            return raise(s, fw, count);
         }
         Some(n) if fw.start == 0 && n > 0 => return Merged::Unchanged,
         _ => {}
@@ -492,7 +478,7 @@ fn merge_generation(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64
         .iter_mut()
         .find(|s| s.region == region && s.start == fw.start)
     {
-        return raise(s);
+        return raise(s, fw, count);
     }
     let held = slots.iter().filter(|s| s.region == region).count();
     let oldest = slots
@@ -525,19 +511,7 @@ fn merge_generation(slots: &mut Slots, region: u16, fw: FigureWindow, count: u64
             next.expires = next.expires.max(gone.expires);
         }
     }
-    slots.push(Slot {
-        region,
-        cumulative: fw.cumulative,
-        start: fw.start,
-        count,
-        base: 0,
-        expires: fw.expires,
-    });
-    if count == 0 {
-        Merged::Unchanged
-    } else {
-        Merged::New
-    }
+    push_slot(slots, region, fw, count)
 }
 
 #[cfg(test)]
