@@ -6,9 +6,9 @@
 //! docs/decision-log.md), the two sets and the window, and returns a [`Report`]. The admin
 //! API's `POST /v1/rules:what-if` (over the daemon's own log) and `sluicectl apply --what-if`
 //! (over every daemon's log it is pointed at) both call it. It decides nothing itself: every
-//! check goes through the core's own [`plan`], [`batch::apply`] and [`Plan::decide`](sluice_core::decision::Plan::decide) on a
-//! modelled store (a map of states with their TTLs, as the memory store keeps them), in
-//! virtual time (each check's timestamp is its `now`).
+//! check goes through the core's own [`plan`] and [`Plan::decide`](sluice_core::decision::Plan::decide),
+//! its calls through the memory store (`sluice_store::MemoryStore`, the core's batch step),
+//! in virtual time (each check's timestamp is its `now`).
 //!
 //! Each record stands for `weight` checks of its identity (the kept one and the ones the
 //! sampler skipped since the identity's previous kept record of the same kind); the skipped
@@ -21,11 +21,10 @@ pub use figures::{Delta, Figures, IdentityCount, RuleReport};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::Micros;
-use sluice_core::algo::State;
-use sluice_core::batch::{self, Write};
 use sluice_core::decision::{Answer, Code, plan};
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::{Mode, RuleSet};
+use sluice_store::MemoryStore;
 use std::collections::{BTreeMap, HashMap};
 
 /// The decision log format version this replay reads.
@@ -267,7 +266,12 @@ fn expand<'r>(
 }
 
 /// A store's states as the memory store keeps them: each with its expiry, epoch µs.
-type ModelStore = HashMap<String, (State, Micros)>;
+/// The modelled store: the memory store itself, so a replayed check keeps, expires and
+/// writes its states exactly as the daemon's memory store does. Seeded, not drawn from the
+/// OS, and unbounded: a replay is reproducible and evicts nothing.
+fn model_store() -> MemoryStore {
+    MemoryStore::with_seed(usize::MAX, 0)
+}
 
 /// One set's verdict on one check, by rule.
 struct Verdict {
@@ -278,10 +282,11 @@ struct Verdict {
     refused_by: Option<String>,
 }
 
-/// Decides one check with `set` on `store`: the core's plan, its batch step per call (check
-/// all, then take all, writes kept with their TTLs) and its decision. `None`: no domain or no
+/// Decides one check with `set` on `store`: the core's plan, each call through the memory
+/// store (the core's batch step under its lock, writes kept with their TTLs) and the core's
+/// decision. `None`: no domain or no
 /// rule applies.
-fn verdict(store: &mut ModelStore, set: &RuleSet, c: &Replayed<'_>) -> Option<Verdict> {
+fn verdict(store: &MemoryStore, set: &RuleSet, c: &Replayed<'_>) -> Option<Verdict> {
     let domain = set.domain(&c.record.domain)?;
     let p = plan(
         domain,
@@ -294,33 +299,14 @@ fn verdict(store: &mut ModelStore, set: &RuleSet, c: &Replayed<'_>) -> Option<Ve
     if p.applied.is_empty() {
         return None;
     }
-    let mut answers = Vec::with_capacity(p.calls.len());
-    for pc in &p.calls {
-        let states: Vec<Option<State>> = pc
-            .call
-            .items
-            .iter()
-            .map(|it| {
-                store
-                    .get(&it.key)
-                    .filter(|(_, expires)| *expires > c.now)
-                    .map(|(s, _)| s.clone())
-            })
-            .collect();
-        let (result, writes) = batch::apply(&pc.call, &states);
-        for (it, w) in pc.call.items.iter().zip(writes) {
-            match w {
-                Write::Keep => {}
-                Write::Put(_, 0) => {
-                    store.remove(&it.key);
-                }
-                Write::Put(s, ttl) => {
-                    store.insert(it.key.clone(), (s, c.now + ttl));
-                }
-            }
-        }
-        answers.push(Answer::Done(result));
-    }
+    let answers: Vec<Answer> = p
+        .calls
+        .iter()
+        .map(|pc| match store.check_sync(&pc.call) {
+            Ok(result) => Answer::Done(result),
+            Err(_) => Answer::Failed { local: None },
+        })
+        .collect();
     let d = p.decide(set.version, &answers);
     let rules = p
         .applied
@@ -369,12 +355,12 @@ pub fn replay(
         })?);
     }
     let checks = expand(&records, &descriptors, window);
-    let mut stores: BTreeMap<String, [ModelStore; 2]> = BTreeMap::new();
+    let mut stores: BTreeMap<String, [MemoryStore; 2]> = BTreeMap::new();
     let mut tally = figures::Tally::new(current, candidate);
     for c in &checks {
         let [now_store, next_store] = stores
             .entry(c.record.counts_in.clone().unwrap_or_default())
-            .or_default();
+            .or_insert_with(|| [model_store(), model_store()]);
         let before = verdict(now_store, current, c);
         let after = verdict(next_store, candidate, c);
         tally.add(&c.record.domain, before.as_ref(), after.as_ref());
