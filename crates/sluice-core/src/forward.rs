@@ -246,8 +246,14 @@ impl Forwarder {
         by
     }
 
-    /// Forgets figures not heard for `keep` (an origin resends its busy figures every
-    /// `resend_after`: twice that is a figure nobody ships any more), and peers not in
+    /// How long a figure not heard again is kept: twice the longer of the origin's resend
+    /// period and the ship interval, past which nobody ships it any more. The daemon and the
+    /// simulator sweep with it.
+    pub fn keep_for(resend_after: Micros, interval: Micros) -> Micros {
+        2 * resend_after.max(interval)
+    }
+
+    /// Forgets figures not heard for `keep` ([`Forwarder::keep_for`]), and peers not in
     /// `peers` (a ring that changed starts afresh with a new peer).
     pub fn sweep(&mut self, now: Micros, keep: Micros, peers: &[&str]) {
         self.figures

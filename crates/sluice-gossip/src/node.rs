@@ -16,6 +16,7 @@ use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
     spawn_chitchat,
 };
+use sluice_core::forward::Forwarder;
 use sluice_core::liveness::{self, SenderWatch};
 use sluice_core::merge::RemoteCounts;
 use sluice_core::relay as relay_core;
@@ -654,11 +655,10 @@ async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                 .iter()
                 .map(|m| (m.node_id.clone(), m.region.clone()))
                 .collect();
-            let keep = 2 * inner
-                .cfg
-                .budget
-                .resend_after
-                .max(inner.cfg.ship_interval.as_micros() as Micros);
+            let keep = Forwarder::keep_for(
+                inner.cfg.budget.resend_after,
+                inner.cfg.ship_interval.as_micros() as Micros,
+            );
             inner.forwarding.set_routes(r.clone(), regions, now, keep);
         }
         let (ships, cross, collect_to) = match routes {

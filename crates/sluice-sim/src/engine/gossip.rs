@@ -10,6 +10,7 @@ use super::events::{Ev, Queued};
 use super::{IN_REGION_DELAY, Sim, view};
 use crate::scenario::{Delivery, Shippers};
 use sluice_core::Micros;
+use sluice_core::forward::Forwarder;
 use sluice_core::relay::{self, Hop};
 use sluice_core::ship::{Batch, ShipEntry, message_bytes};
 use std::rc::Rc;
@@ -355,7 +356,7 @@ impl<'a> Sim<'a> {
                 .collect();
             self.regions[r].daemons[d].forwarder.sweep(
                 local,
-                2 * sc.gossip.budget.resend_after.max(self.interval),
+                Forwarder::keep_for(sc.gossip.budget.resend_after, self.interval),
                 &peers,
             );
             self.forward(r, d, now);
