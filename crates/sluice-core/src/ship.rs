@@ -246,11 +246,13 @@ pub struct Budget {
 }
 
 impl Default for Budget {
-    /// 60,000 entry bytes (under chitchat's ~64 KB delta with room for framing), no entry
-    /// bound, re-ship unchanged figures every 5 s.
+    /// 8,000,000 entry bytes (about 6,000 datagrams of 1,400 bytes: a bound against a
+    /// runaway shipment, not a rate the links are expected to carry), no entry bound,
+    /// re-ship unchanged figures every 5 s. The daemon's and the simulator's defaults are
+    /// this one value.
     fn default() -> Self {
         Budget {
-            max_bytes: 60_000,
+            max_bytes: 8_000_000,
             max_entries: usize::MAX,
             resend_after: 5_000 * MILLI,
         }

@@ -142,10 +142,7 @@ impl Config {
             ship_interval: Duration::from_secs(1),
             gossip_interval: Duration::from_millis(500),
             sender_stale_after: None,
-            budget: Budget {
-                max_bytes: 8_000_000,
-                ..Budget::default()
-            },
+            budget: Budget::default(),
             max_datagram: 1_400,
             max_remote_keys: 1_000_000,
             shippers: Shippers::default(),

@@ -130,7 +130,7 @@ impl Default for GossipConfig {
             ship_interval_ms: 1_000,
             gossip_interval_ms: 500,
             sender_stale_ms: 0,
-            max_bytes_per_interval: 8_000_000,
+            max_bytes_per_interval: Budget::default().max_bytes,
             max_datagram: 1_400,
             resend_after_ms: 5_000,
             max_remote_keys: 1_000_000,

@@ -268,7 +268,7 @@ fn default_interval() -> f64 {
     1000.0
 }
 fn default_budget() -> u64 {
-    60_000
+    sluice_core::ship::Budget::default().max_bytes as u64
 }
 fn default_true() -> bool {
     true
