@@ -28,7 +28,9 @@
 --            sliding log) | limit, timeout (concurrency).
 --   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); for a
 --   token bucket wstart is its units per token instead (10^6 for a rate per second, e.g.
---   6·10^6 for 10/1m: `algo::Rate`); 0 for other algorithms without windows.
+--   6·10^6 for 10/1m: `algo::Rate`); 0 for other algorithms without windows, and both 0
+--   for a fixed window with `window_start: first_request`, whose window is the key's own
+--   (read from its state, see fr_window).
 --   A bucket's rate arrives as Rust's `Rate` derives it (units, scale, interval), so the
 --   script never divides a period itself. (Format 2; format 1 sent rate_per_s as p1. A
 --   script's SHA names its format: each daemon runs the script it was built with.)
@@ -592,6 +594,47 @@ local function fw_alone(key, now, cost, limit, flags, rcur, wend)
 end
 
 ---------------------------------------------------------------------------------------------
+-- fixed_window with window_start: first_request (an item of code 3 whose wstart and wend
+-- are 0): one key, the rule key itself, holding "start count", the key's own window start
+-- and its count. core: fixed_window::key_bounds. The stored window lasts [start, start +
+-- len); a call after it (or on a fresh key) starts a window at its own now. A call behind
+-- the stored start (a lagging clock) counts in the stored window.
+
+local function fr_load(key, ki)
+    local v, e = get_string(key, ki)
+    if e then return nil, e end
+    if v == nil then return nil, nil end
+    local a, b = match(v, '^(%d+) (%d+)$')
+    local start, count = uint(a), uint(b)
+    if start == nil or count == nil then
+        return nil, corrupt(ki, 'first-request window value ' .. format('%q', v) .. ' is not "start count"')
+    end
+    return { start, count }, nil
+end
+
+-- The effective now, the window's start and end, and the count in it.
+local function fr_window(len, st, now)
+    if st == nil then
+        return now, now, now + len, 0
+    end
+    now = max(now, st[1])
+    if now < st[1] + len then
+        return now, st[1], st[1] + len, st[2]
+    end
+    return now, now, now + len, 0
+end
+
+local function fr_evaluate(it, st, now, cost)
+    local n, _, wend, count = fr_window(it.p2, st, now)
+    return { fw_evaluate(it.p1, it.p2, it.rcur, wend, count, n, cost) }
+end
+
+local function fr_take(it, st, now, cost)
+    local n, start, wend, count = fr_window(it.p2, st, now)
+    put_string(it.key, fmt(start) .. ' ' .. fmt(count + cost), wend - n)
+end
+
+---------------------------------------------------------------------------------------------
 -- sliding_window: the counters of the current and previous windows, one key per window start
 
 local function sw_wait_until_rem(window, elapsed, r_ms)
@@ -874,7 +917,7 @@ local function run_call(kb, ab, na)
         if key == nil then
             badarg('fewer KEYS than items need')
         end
-        if n == 1 and code == 3 then
+        if n == 1 and code == 3 and we > 0 then
             return fw_alone(key, now, cost, p1, fl, rc, we)
         end
         local it = {
@@ -909,6 +952,8 @@ local function run_call(kb, ab, na)
             st, e = tb_load(it.key, it.ki)
         elseif it.code == 2 then
             st, e = gcra_load(it.key, it.ki)
+        elseif it.code == 3 and it.wend == 0 then
+            st, e = fr_load(it.key, it.ki)
         elseif it.code == 3 then
             st, e = counter_load(it.key, it.ki)
         elseif it.code == 4 then
@@ -937,6 +982,8 @@ local function run_call(kb, ab, na)
             o = tb_evaluate(it, st, now, cost)
         elseif it.code == 2 then
             o = gcra_evaluate(it, st, now, cost)
+        elseif it.code == 3 and it.wend == 0 then
+            o = fr_evaluate(it, st, now, cost)
         elseif it.code == 3 then
             o = { fw_evaluate(it.p1, it.p2, it.rcur, it.wend, st, now, cost) }
         elseif it.code == 4 then
@@ -986,6 +1033,8 @@ local function run_call(kb, ab, na)
                 tb_take(it, st, now, cost)
             elseif it.code == 2 then
                 gcra_take(it, st, now, cost)
+            elseif it.code == 3 and it.wend == 0 then
+                fr_take(it, st, now, cost)
             elseif it.code == 3 then
                 fw_take(it.key, it.wend, st, now, cost)
             elseif it.code == 4 then

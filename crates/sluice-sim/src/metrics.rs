@@ -71,6 +71,13 @@ pub fn measure_window(params: &Params, now: Micros) -> (Micros, Micros, u64) {
         (s, s + len)
     };
     match params {
+        // Each key's own windows: an exact limiter admits up to twice the limit in an
+        // epoch-aligned stretch of the window's length (the end of one window and the start
+        // of the next), as a bucket admits its burst twice.
+        Params::FixedWindow { limit, window } if window.per_key() => {
+            let (s, e) = aligned(window.nominal());
+            (s, e, 2 * limit)
+        }
         Params::FixedWindow { limit, window } => {
             let (s, e) = window.bounds(now);
             (s, e, *limit)

@@ -43,6 +43,7 @@ pub struct Entry {
 fn encode_window(w: &Window) -> String {
     match w {
         Window::Epoch(len) => format!("e{len}"),
+        Window::FirstRequest(len) => format!("f{len}"),
         Window::Calendar(c) => {
             let unit = match c.unit {
                 CalendarUnit::Hour => "h",
@@ -58,6 +59,13 @@ fn encode_window(w: &Window) -> String {
 fn decode_window(s: &str) -> Option<Window> {
     if let Some(len) = s.strip_prefix('e') {
         return len.parse().ok().filter(|l| *l > 0).map(Window::Epoch);
+    }
+    if let Some(len) = s.strip_prefix('f') {
+        return len
+            .parse()
+            .ok()
+            .filter(|l| *l > 0)
+            .map(Window::FirstRequest);
     }
     let (unit, tz) = s.strip_prefix('c')?.split_once('/')?;
     let unit = match unit {

@@ -29,6 +29,24 @@ fn effective_now(state: Option<&State>, now: Micros) -> Micros {
     }
 }
 
+/// `[start, end)` of the window `now` counts in for this key. Epoch and calendar windows
+/// are a function of `now`; a `first_request` window (`Window::FirstRequest`) starts at the
+/// stored window's start while that window lasts, and at `now` once it has ended or when the
+/// key is fresh: the key's next request after a window starts the next one. Why not carry
+/// the origin on past an ended window: its count is gone, and a state kept beyond its TTL
+/// (Redis keeps keys a little longer for late calls) must decide as an absent one does.
+pub fn key_bounds(window: &Window, state: Option<&State>, now: Micros) -> (Micros, Micros) {
+    match (window, state) {
+        (Window::FirstRequest(len), Some(State::FixedWindow { start, .. }))
+            if now < start.saturating_add(*len) =>
+        {
+            (*start, start + len)
+        }
+        (Window::FirstRequest(len), _) => (now, now + len),
+        _ => window.bounds(now),
+    }
+}
+
 pub(super) fn evaluate(
     limit: u64,
     window: &Window,
@@ -36,7 +54,7 @@ pub(super) fn evaluate(
     req: &Request<'_>,
 ) -> Outcome {
     let now = effective_now(state, req.now);
-    let (start, end) = window.bounds(now);
+    let (start, end) = key_bounds(window, state, now);
     let local = count(start, state);
     let used = local + req.remote.cur;
     let allowed = used + probe_cost(req.cost) <= limit;
@@ -59,7 +77,7 @@ pub(super) fn evaluate(
 
 pub(super) fn take(window: &Window, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
     let now = effective_now(state, req.now);
-    let (start, end) = window.bounds(now);
+    let (start, end) = key_bounds(window, state, now);
     let count = count(start, state) + req.cost;
     (State::FixedWindow { start, count }, ttl(end, now))
 }

@@ -20,6 +20,7 @@ mod state;
 mod token_bucket;
 
 pub use calendar::{Calendar, CalendarUnit};
+pub use fixed_window::key_bounds;
 pub use give_back::{GiveBackReq, give_back};
 pub use rate::{MAX_PERIOD, Rate, RateError, parse_rate};
 pub use state::{DecodeError, State};
@@ -45,6 +46,11 @@ pub enum Window {
     Epoch(Micros),
     /// Calendar periods (hour, day, week, month) in an IANA time zone.
     Calendar(Calendar),
+    /// `window_start: first_request`: `[origin, origin + len)` from the key's own first
+    /// request, so clients throttled together do not all come back at one instant. The origin
+    /// lives in the key's state (`fixed_window::key_bounds`); region scope only, since
+    /// regions add counts per epoch-aligned window.
+    FirstRequest(Micros),
 }
 
 impl Window {
@@ -56,6 +62,8 @@ impl Window {
                 (start, start + len)
             }
             Window::Calendar(c) => c.bounds(now),
+            // Without the key's state: the window a first request at `now` starts.
+            Window::FirstRequest(len) => (now, now + len),
         }
     }
 
@@ -64,7 +72,15 @@ impl Window {
         match self {
             Window::Epoch(len) => *len,
             Window::Calendar(c) => c.nominal(),
+            Window::FirstRequest(len) => *len,
         }
+    }
+
+    /// Whether each key's windows start at its own first request (not the epoch): such a
+    /// window cannot be shared between regions, leased or synced, and its bounds depend on
+    /// the key's state.
+    pub fn per_key(&self) -> bool {
+        matches!(self, Window::FirstRequest(_))
     }
 }
 
@@ -393,3 +409,5 @@ pub fn release(state: Option<&State>, request_id: &str, now: Micros) -> (Option<
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod window_start_proptests;

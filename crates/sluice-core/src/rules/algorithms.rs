@@ -13,6 +13,7 @@ pub const ALGORITHM_FIELDS: &[&str] = &[
     "limit",
     "window",
     "calendar_tz",
+    "window_start",
     "timeout",
 ];
 
@@ -26,8 +27,9 @@ pub struct AlgorithmFields {
     pub either: &'static [&'static str],
     /// Fields a rule must give (`is required for ...`).
     pub required: &'static [&'static str],
-    /// Fields a rule may give: `calendar_tz` aligns a fixed window to a calendar, a
-    /// concurrency slot's `timeout` defaults to one minute.
+    /// Fields a rule may give: `calendar_tz` aligns a fixed window to a calendar,
+    /// `window_start` to each key's first request, a concurrency slot's `timeout` defaults
+    /// to one minute.
     pub allowed: &'static [&'static str],
 }
 
@@ -90,7 +92,7 @@ pub const ALGORITHMS: &[AlgorithmFields] = &[
         kind: Kind::FixedWindow,
         either: &[],
         required: &["limit", "window"],
-        allowed: &["calendar_tz"],
+        allowed: &["calendar_tz", "window_start"],
     },
     AlgorithmFields {
         kind: Kind::SlidingWindow,
@@ -125,6 +127,9 @@ mod tests {
             "rate" => json!("5/1m"),
             "window" => json!("1h"),
             "calendar_tz" => json!("UTC"),
+            // `epoch`, the default: it goes with every other field (first_request does not
+            // go with calendar_tz).
+            "window_start" => json!("epoch"),
             "timeout" => json!("1s"),
             other => panic!("no sample for {other}"),
         }

@@ -123,6 +123,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     let window = f.span("window");
     let timeout = f.span("timeout");
     let tz = f.string("calendar_tz", false);
+    let window_start = window_start(&mut f);
     let mode = f.choice(
         "mode",
         Mode::Enforce,
@@ -207,6 +208,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         limit,
         window,
         calendar_tz: tz,
+        first_request: window_start,
         timeout,
     };
     let params = match algorithm.as_deref() {
@@ -250,6 +252,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     }
     let hot_keys =
         crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref(), charge_rejected);
+    first_request_limits(&mut f, params.as_ref(), scope, hot_keys.as_ref());
     f.finish();
     if problems.len() > before {
         return None;
@@ -380,6 +383,8 @@ struct Numbers {
     limit: Option<u64>,
     window: Option<Span>,
     calendar_tz: Option<String>,
+    /// `window_start`: `Some(true)` for `first_request`, `Some(false)` for `epoch`.
+    first_request: Option<bool>,
     timeout: Option<Span>,
 }
 
@@ -394,6 +399,7 @@ impl Numbers {
             "window" => self.window.is_some(),
             "calendar_tz" => self.calendar_tz.is_some(),
             "timeout" => self.timeout.is_some(),
+            "window_start" => self.first_request.is_some(),
             _ => false,
         }
     }
@@ -419,7 +425,17 @@ fn params(f: &mut Fields<'_>, kind: Kind, n: Numbers) -> Option<Params> {
         }
         Kind::FixedWindow => {
             let window = match (n.window, n.calendar_tz) {
+                (Some(_), Some(_)) if n.first_request == Some(true) => {
+                    f.bad(
+                        "window_start",
+                        "first_request is not possible with calendar_tz: a calendar window starts at the zone's hour, day, week or month (leave out one of the two)",
+                    );
+                    None
+                }
                 (Some(sp), Some(tz)) => calendar(f, sp, &tz).map(Window::Calendar),
+                (sp, None) if n.first_request == Some(true) => {
+                    fixed(f, "window", sp).map(Window::FirstRequest)
+                }
                 (sp, None) => fixed(f, "window", sp).map(Window::Epoch),
                 (None, Some(_)) => None,
             };
@@ -457,6 +473,64 @@ fn params(f: &mut Fields<'_>, kind: Kind, n: Numbers) -> Option<Params> {
                 limit: n.limit?,
                 timeout,
             })
+        }
+    }
+}
+
+/// `window_start: epoch | first_request` (`Some(true)` for `first_request`), `None` when
+/// absent or refused.
+fn window_start(f: &mut Fields<'_>) -> Option<bool> {
+    let s = f.string("window_start", false)?;
+    match s.as_str() {
+        "epoch" => Some(false),
+        "first_request" => Some(true),
+        other => {
+            f.bad(
+                "window_start",
+                format!("expected one of epoch | first_request, got {other:?}"),
+            );
+            None
+        }
+    }
+}
+
+/// What a `window_start: first_request` rule cannot be. Global: regions add their counts per
+/// window, which only works when every region's window is the same epoch-aligned one. The
+/// hot-key layer's leases, sync gate and local share count units in windows the daemon
+/// computes without the key's state, so they would count in the wrong window.
+fn first_request_limits(
+    f: &mut Fields<'_>,
+    params: Option<&Params>,
+    scope: Scope,
+    hot_keys: Option<&crate::hotkeys::HotKeys>,
+) {
+    let Some(Params::FixedWindow { window, .. }) = params else {
+        return;
+    };
+    if !window.per_key() {
+        return;
+    }
+    if scope == Scope::Global {
+        f.bad(
+            "window_start",
+            "first_request is not possible with scope: global: regions add their counts per window, so every region's windows must be the same epoch-aligned ones (use window_start: epoch, or scope: region)",
+        );
+    }
+    if let Some(hk) = hot_keys {
+        let what = if hk.lease != crate::hotkeys::LeaseMode::Off {
+            Some("hot_keys.lease")
+        } else if hk.sync_interval.is_some() {
+            Some("hot_keys.sync_interval")
+        } else if hk.local_share {
+            Some("hot_keys.local_share")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            f.bad(
+                "window_start",
+                format!("first_request is not possible with {what}: the daemon would count its units in windows it cannot see (the key's own start is in the store)"),
+            );
         }
     }
 }

@@ -86,6 +86,8 @@ fn push_keys(key: &str, params: &Params, now: Micros, keys: &mut Vec<String>) {
         k
     };
     match params {
+        // `window_start: first_request`: the key's own window lives in the key itself.
+        Params::FixedWindow { window, .. } if window.per_key() => keys.push(key.to_string()),
         Params::FixedWindow { window, .. } => {
             let (start, _) = window.bounds(now);
             keys.push(suffixed(i128::from(start)));
@@ -180,6 +182,10 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
             // argument format 2), the emission interval for GCRA.
             Params::TokenBucket { rate, burst } => (rate.units(), *burst, rate.scale(), 0),
             Params::Gcra { rate, burst } => (rate.interval(), *burst, 0, 0),
+            // Bounds 0: the script reads the key's own window from its state.
+            Params::FixedWindow { limit, window } if window.per_key() => {
+                (*limit, window.nominal(), 0, 0)
+            }
             Params::FixedWindow { limit, window } => {
                 let (s, e) = window.bounds(now);
                 (*limit, window.nominal(), s, e)
@@ -218,7 +224,9 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
 /// Refuses an algorithm that cannot be leased, and numbers the script cannot hold exactly:
 /// `units` above [`sluice_core::algo::MAX_LIMIT`] (as a cost), times above 2^53.
 pub fn encode_give_back(g: &GiveBack) -> Result<ScriptCall, StoreError> {
-    if !g.params.kind().leasable() {
+    // A first-request window is never leased (rule validation refuses it).
+    let per_key = matches!(&g.params, Params::FixedWindow { window, .. } if window.per_key());
+    if !g.params.kind().leasable() || per_key {
         return Err(crate::not_leasable(g));
     }
     if g.units > sluice_core::algo::MAX_LIMIT {
@@ -306,6 +314,9 @@ pub fn decode_check(call: &Call, reply: &redis::Value) -> Result<CallResult, Sto
         let Params::FixedWindow { window, .. } = &item.params else {
             return Err(bad("a count for a call that is not a fixed window"));
         };
+        if window.per_key() {
+            return Err(bad("a count for a first-request window"));
+        }
         let count = u64::try_from(*n).map_err(|_| bad("a negative count"))?;
         let (start, _) = window.bounds(call.now);
         let state = State::FixedWindow { start, count };

@@ -1,0 +1,139 @@
+//! `window_start` in the rule format: what it builds, and every combination it refuses, with
+//! the rule and the field named.
+
+use sluice_core::algo::Window;
+use sluice_core::matching::{Descriptors, applicable};
+use sluice_core::rules::{Problem, parse_yaml};
+use sluice_core::time::SECOND;
+use sluice_core::{Micros, Params};
+
+fn rule(extra: &str) -> String {
+    format!(
+        "domain: d\nrules:\n  - {{ id: r, key: [api_key], algorithm: fixed_window, limit: 5, window: 1m{extra} }}\n"
+    )
+}
+
+fn problems(yaml: &str) -> Vec<Problem> {
+    match parse_yaml(yaml) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.problems,
+    }
+}
+
+/// The one problem of a refused rule, as `(at, field, message)`.
+fn refusal(yaml: &str) -> (String, String, String) {
+    let p = problems(yaml);
+    assert_eq!(p.len(), 1, "{p:?}");
+    (p[0].at.clone(), p[0].field.clone(), p[0].message.clone())
+}
+
+/// The applied rule's key and numbers for `api_key`, overrides included.
+fn applied(yaml: &str, api_key: &str) -> (String, Params) {
+    let set = parse_yaml(yaml).expect("a valid rule set");
+    let d = Descriptors::new(vec![("api_key".into(), api_key.into())]).expect("descriptors");
+    let dom = set.domain("d").expect("domain d");
+    let a = applicable(dom, &d);
+    let first = a.first().expect("the rule applies");
+    (first.key.clone(), first.params.clone().into_owned())
+}
+
+#[test]
+fn first_request_builds_a_per_key_window_and_epoch_stays_the_default() {
+    let minute: Micros = 60 * SECOND;
+    for (extra, window) in [
+        ("", Window::Epoch(minute)),
+        (", window_start: epoch", Window::Epoch(minute)),
+        (
+            ", window_start: first_request",
+            Window::FirstRequest(minute),
+        ),
+    ] {
+        let (key, params) = applied(&rule(extra), "k1");
+        assert_eq!(params, Params::FixedWindow { limit: 5, window }, "{extra}");
+        // The store key carries no window: Redis's epoch counters add the start to it.
+        assert_eq!(key, "sl:{d|api_key=k1}:f:r");
+    }
+}
+
+#[test]
+fn an_override_keeps_the_rules_alignment() {
+    let yaml = format!(
+        "{}overrides:\n  - {{ identity: {{ api_key: big }}, rule: r, limit: 50 }}\n",
+        rule(", window_start: first_request")
+    );
+    let (_, params) = applied(&yaml, "big");
+    assert_eq!(
+        params,
+        Params::FixedWindow {
+            limit: 50,
+            window: Window::FirstRequest(60 * SECOND)
+        }
+    );
+}
+
+#[test]
+fn combinations_that_cannot_hold_are_refused_naming_rule_and_field() {
+    let (at, field, msg) = refusal(&rule(", window_start: first_request, scope: global"));
+    assert_eq!((at.as_str(), field.as_str()), ("r", "window_start"));
+    assert!(
+        msg.contains("scope: global") && msg.contains("epoch-aligned"),
+        "{msg}"
+    );
+
+    let cal = "domain: d\nrules:\n  - { id: r, key: [api_key], algorithm: fixed_window, limit: 5, window: 1d, calendar_tz: UTC, window_start: first_request }\n";
+    let (at, field, msg) = refusal(cal);
+    assert_eq!((at.as_str(), field.as_str()), ("r", "window_start"));
+    assert!(msg.contains("calendar_tz"), "{msg}");
+    // epoch with a calendar is what a calendar window is anyway.
+    assert_eq!(
+        problems(&cal.replace("first_request", "epoch")),
+        Vec::<Problem>::new()
+    );
+
+    for hk in [
+        "lease: 2",
+        "lease: auto",
+        "sync_interval: 1s",
+        "local_share: true",
+    ] {
+        let (at, field, msg) = refusal(&rule(&format!(
+            ", window_start: first_request, hot_keys: {{ {hk} }}"
+        )));
+        assert_eq!((at.as_str(), field.as_str()), ("r", "window_start"), "{hk}");
+        let name = hk.split(':').next().unwrap_or_default();
+        assert!(msg.contains(&format!("hot_keys.{name}")), "{hk}: {msg}");
+    }
+    // The deny cache, splitting and sampling keep working on the key's own outcome.
+    assert_eq!(
+        problems(&rule(
+            ", window_start: first_request, hot_keys: { deny_cache: true, split: 2, sample: 2 }"
+        )),
+        Vec::<Problem>::new()
+    );
+
+    let (at, field, msg) = refusal(&rule(", window_start: sometimes"));
+    assert_eq!((at.as_str(), field.as_str()), ("r", "window_start"));
+    assert_eq!(
+        msg,
+        "expected one of epoch | first_request, got \"sometimes\""
+    );
+
+    for other in [
+        "algorithm: sliding_window, limit: 5, window: 1m",
+        "algorithm: sliding_log, limit: 5, window: 1m",
+        "algorithm: token_bucket, rate_per_s: 1, burst: 5",
+        "algorithm: gcra, rate_per_s: 1, burst: 5",
+        "algorithm: concurrency, limit: 5",
+    ] {
+        let yaml = format!(
+            "domain: d\nrules:\n  - {{ id: r, key: [api_key], {other}, window_start: first_request }}\n"
+        );
+        let (at, field, msg) = refusal(&yaml);
+        assert_eq!(
+            (at.as_str(), field.as_str()),
+            ("r", "window_start"),
+            "{other}"
+        );
+        assert!(msg.starts_with("does not apply to"), "{other}: {msg}");
+    }
+}
