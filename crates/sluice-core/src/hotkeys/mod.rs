@@ -44,6 +44,8 @@ pub mod split;
 mod split_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod window_start_tests;
 
 use crate::Params;
 use crate::algo::Kind;
