@@ -137,3 +137,59 @@ fn combinations_that_cannot_hold_are_refused_naming_rule_and_field() {
         assert!(msg.starts_with("does not apply to"), "{other}: {msg}");
     }
 }
+
+/// `Retry-After` and `RateLimit`'s `t` count to the key's own window end: a key first seen 17 s
+/// into a minute and refused 30 s later waits 30 s, where an epoch window makes it wait the
+/// 13 s to the minute.
+#[test]
+fn headers_count_to_the_keys_own_window_end() {
+    use sluice_core::batch::{Write, apply};
+    use sluice_core::decision::{Answer, headers, plan};
+    use std::collections::HashMap;
+    let minute = 60 * SECOND;
+    let t0: Micros = 1_800_000_000 * SECOND - (1_800_000_000 * SECOND) % minute;
+    for (extra, wait) in [(", window_start: first_request", "30"), ("", "13")] {
+        let yaml = format!(
+            "domain: d\nrules:\n  - {{ id: r, key: [api_key], algorithm: fixed_window, limit: 2, window: 1m{extra} }}\n"
+        );
+        let set = parse_yaml(&yaml).expect("a valid rule");
+        let dom = set.domain("d").expect("domain d");
+        let d = Descriptors::new(vec![("api_key".into(), "k".into())]).expect("descriptors");
+        let mut states: HashMap<String, sluice_core::State> = HashMap::new();
+        let mut last = Vec::new();
+        for at in [t0 + 17 * SECOND, t0 + 40 * SECOND, t0 + 47 * SECOND] {
+            let p = plan(dom, &d, at, 1, "r", |_| Default::default());
+            let answers: Vec<Answer> = p
+                .calls
+                .iter()
+                .map(|pc| {
+                    let cur: Vec<_> = pc
+                        .call
+                        .items
+                        .iter()
+                        .map(|i| states.get(&i.key).cloned())
+                        .collect();
+                    let (r, w) = apply(&pc.call, &cur);
+                    for (i, w) in pc.call.items.iter().zip(w) {
+                        if let Write::Put(s, _) = w {
+                            states.insert(i.key.clone(), s);
+                        }
+                    }
+                    Answer::Done(r)
+                })
+                .collect();
+            last = headers(&p.decide(set.version, &answers));
+        }
+        let get = |name: &str| {
+            last.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(get("Retry-After"), wait, "{extra}: {last:?}");
+        assert!(
+            get("RateLimit").ends_with(&format!("t={wait}")),
+            "{extra}: {last:?}"
+        );
+    }
+}
