@@ -46,6 +46,7 @@ const RULE_ORDER: &[&str] = &[
     "limit",
     "window",
     "calendar_tz",
+    "window_start",
     "timeout",
     "mode",
     "on_store_failure",
