@@ -387,3 +387,45 @@ fn refused_then_a_new_window_then_expiry_alike() {
         "a fresh origin at the next request"
     );
 }
+
+/// A first-request window's key holding anything but "start count" fails the call as corrupt
+/// (naming the key) and writes nothing, as every state does.
+#[test]
+fn a_corrupt_first_request_state_is_an_error() {
+    let server = redis();
+    let (mut conn, sha) = script_loaded(&server);
+    let key = "sl:{bad}:f:first";
+    let call = Call {
+        now: 1_700_000_000 * SECOND,
+        cost: 1,
+        request_id: "r".into(),
+        items: vec![Item {
+            key: key.into(),
+            params: first_request(5, 60 * SECOND),
+            enforce: true,
+            charge_rejected: false,
+            remote: Remote::default(),
+        }],
+    };
+    for bad in ["7", "x 1", "1 2 3"] {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(bad)
+            .query(&mut conn)
+            .expect("SET");
+        let enc = encode_check(&call).expect("encodable call");
+        let got: Result<Value, redis::RedisError> = redis::cmd("EVALSHA")
+            .arg(&sha)
+            .arg(enc.keys.len())
+            .arg(&enc.keys)
+            .arg(&enc.args)
+            .query(&mut conn);
+        let err = got.expect_err("a corrupt state is an error").to_string();
+        assert!(
+            err.contains("SLUICE_CORRUPT") && err.contains("1 first-request window value"),
+            "{bad}: {err}"
+        );
+        let v: String = redis::cmd("GET").arg(key).query(&mut conn).expect("GET");
+        assert_eq!(v, bad, "nothing written");
+    }
+}
