@@ -276,10 +276,11 @@ pub fn plan_into<'a>(
             1 => cost,
             f => crate::rules::scaled(cost, f).unwrap_or(crate::algo::MAX_LIMIT),
         };
-        let c = match calls[..used]
-            .iter()
-            .position(|c| c.call.cost == a_cost && applied[c.rules[0]].identity == a.identity)
-        {
+        // One call per identity, cost and store: a store call reaches one store.
+        let c = match calls[..used].iter().position(|c| {
+            let first = &applied[c.rules[0]];
+            c.call.cost == a_cost && first.identity == a.identity && first.store == a.store
+        }) {
             Some(c) => c,
             None => {
                 if used == calls.len() {
@@ -352,6 +353,16 @@ pub fn scale(params: &Params, permille: u64) -> Params {
 }
 
 impl Plan<'_> {
+    /// The named store call `i` goes to (`None`: the main one): every rule of a call counts
+    /// in the same store, since [`plan`] groups by it.
+    pub fn store_of(&self, i: usize) -> Option<&str> {
+        self.calls
+            .get(i)
+            .and_then(|pc| pc.rules.first())
+            .and_then(|&r| self.applied.get(r))
+            .and_then(|a| a.store)
+    }
+
     /// The call a daemon runs on its local buckets when call `i` failed: the items of its
     /// `on_store_failure: local` rules, numbers scaled to `local_permille`. `None` when the
     /// call has no such rule.

@@ -28,6 +28,7 @@
 //! - [`hotkeys`]: what a daemon answers itself for hot keys (deny cache, token leasing).
 //! - [`hash`]: the stable hash behind rollout and key splitting.
 //! - [`keys`]: store keys, made and parsed in one place.
+//! - [`stores`]: which named counter store an applied rule counts in (`store:`).
 
 pub mod algo;
 pub mod batch;
@@ -46,6 +47,7 @@ pub mod merge;
 pub mod relay;
 pub mod rules;
 pub mod ship;
+pub mod stores;
 pub mod time;
 
 pub use algo::{Outcome, Params, Rate, Remote, Request, State};

@@ -117,6 +117,8 @@ pub struct Applied<'a> {
     /// `params` are the sub-count's. Set by [`crate::decision::plan`], never by
     /// [`applicable`].
     pub split: Option<crate::hotkeys::split::Split>,
+    /// The named store it counts in ([`crate::stores::chosen`]; `None`: the main one).
+    pub store: Option<&'a str>,
 }
 
 /// The identity string of a rule's key fields (`None` when a key field is missing, or is
@@ -250,6 +252,7 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
                 key: String::new(),
                 factor: 1,
                 split: None,
+                store: None,
             });
         }
         let (done, rest) = out.split_at_mut(n);
@@ -276,6 +279,7 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
             Some(o) => Cow::Owned(o.apply(&r.params)),
             None => Cow::Borrowed(&r.params),
         };
+        a.store = crate::stores::chosen(r, ov.copied());
         a.rule = r;
         a.split = None;
         a.factor = r.cost_factor(d);

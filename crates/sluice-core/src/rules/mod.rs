@@ -125,6 +125,9 @@ pub struct Rule {
     pub share_threshold_pct: u8,
     /// The hot-key layer's settings (`hot_keys`).
     pub hot_keys: crate::hotkeys::HotKeys,
+    /// The named store its counts live in (`store:`; `None`: the main one), so a large
+    /// tenant's counts stay off the shared shards ([`crate::stores`]).
+    pub store: Option<Arc<str>>,
     /// The rule as written, for listing, diffs and history.
     pub source: Value,
 }
@@ -163,6 +166,8 @@ pub struct Override {
     pub rate: Option<Rate>,
     /// Replacement `burst`.
     pub burst: Option<u64>,
+    /// Moves this identity's counts of the rule to that store (`store:`; `None`: the rule's).
+    pub store: Option<Arc<str>>,
     /// As written.
     pub source: Value,
 }

@@ -46,6 +46,7 @@ pub(super) fn override_(
     }
     let rule_id = f.string("rule", false);
     let exempt = f.boolean("exempt").unwrap_or(false);
+    let store = f.string("store", false);
     let limit = f.count("limit", MAX_LIMIT);
     let rate_per_s = f.count("rate_per_s", MAX_LIMIT);
     let rate_text = f.rate("rate");
@@ -63,12 +64,29 @@ pub(super) fn override_(
     {
         f.bad("rule", format!("no rule {id:?} in this domain"));
     }
+    if let Some(s) = &store {
+        if let Some(m) = crate::stores::name_problem(s) {
+            f.bad("store", m);
+        } else if exempt {
+            f.bad("store", "an exemption counts nowhere: it takes no store");
+        } else if rule_id.is_none() {
+            f.bad(
+                "store",
+                "moving counts to a store needs the rule whose counts move",
+            );
+        } else if let Some(what) = target
+            .filter(|_| s != crate::stores::DEFAULT)
+            .and_then(|r| crate::stores::hot_keys_conflict(&r.hot_keys))
+        {
+            f.bad("store", crate::stores::hot_keys_message(what));
+        }
+    }
     if exempt && numbers {
         f.bad("exempt", "an exemption carries no numbers");
-    } else if !exempt && !numbers {
+    } else if !exempt && !numbers && store.is_none() {
         f.bad(
             "exempt",
-            "an override needs exempt: true or new numbers (limit, rate or rate_per_s, burst)",
+            "an override needs exempt: true, new numbers (limit, rate or rate_per_s, burst) or a store",
         );
     } else if numbers {
         match target {
@@ -108,6 +126,7 @@ pub(super) fn override_(
                     limit,
                     rate,
                     burst,
+                    store: None,
                     source: Value::Null,
                 };
                 // New numbers at the rule's rate (or the rule's burst at a new rate) must stay
@@ -142,6 +161,7 @@ pub(super) fn override_(
         limit,
         rate,
         burst,
+        store: store.map(|s| Arc::from(s.as_str())),
         source: v.clone(),
     })
 }

@@ -252,6 +252,17 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     }
     let hot_keys =
         crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref(), charge_rejected);
+    let store = f.string("store", false);
+    if let Some(m) = store.as_deref().and_then(crate::stores::name_problem) {
+        f.bad("store", m);
+    }
+    if store
+        .as_deref()
+        .is_some_and(|s| s != crate::stores::DEFAULT)
+        && let Some(what) = hot_keys.as_ref().and_then(crate::stores::hot_keys_conflict)
+    {
+        f.bad("store", crate::stores::hot_keys_message(what));
+    }
     first_request_limits(&mut f, params.as_ref(), scope, hot_keys.as_ref());
     f.finish();
     if problems.len() > before {
@@ -275,6 +286,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         charge_rejected,
         share_threshold_pct,
         hot_keys: hot_keys?,
+        store: store.map(|s| Arc::from(s.as_str())),
         source: v.clone(),
     })
 }

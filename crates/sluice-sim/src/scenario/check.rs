@@ -254,6 +254,16 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
             ));
         }
     }
+    // One store per region: a rule counting in a named store would be counted elsewhere.
+    if let Some(u) = sluice_core::stores::uses(&set).first() {
+        return Err(invalid(
+            "rules",
+            format!(
+                "{} names store {:?}: named stores are not simulated (each region has one store)",
+                u.at, u.store
+            ),
+        ));
+    }
 
     // traffic
     if f.traffic.is_empty() {

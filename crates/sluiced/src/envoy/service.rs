@@ -173,6 +173,7 @@ impl RateLimitService {
             share_threshold_pct: 10,
             title: None,
             hot_keys: sluice_core::hotkeys::HotKeys::default(),
+            store: None,
             source: serde_json::Value::Null,
         };
         let synthetic = Domain::new(domain.to_string(), vec![rule], Vec::new());
