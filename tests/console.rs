@@ -375,7 +375,7 @@ fn the_console_signs_in_shows_the_fleet_and_keeps_reads_from_writing() {
         check(&one, &json!({"user": "breaker"}));
         let state = Metrics::scrape(one.http)
             .expect("metrics")
-            .get("sluice_breaker_state{shard=\"0\"}");
+            .get("sluice_breaker_state{store=\"default\",shard=\"0\"}");
         if state == Some(2.0) {
             break;
         }

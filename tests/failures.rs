@@ -131,7 +131,10 @@ fn redis_paused_every_mode_does_what_it_says_then_recovers() {
     );
     assert_eq!(local_429, 35);
     assert_eq!(
-        metric(s.http, "sluice_breaker_state{shard=\"0\"}"),
+        metric(
+            s.http,
+            "sluice_breaker_state{store=\"default\",shard=\"0\"}"
+        ),
         2,
         "breaker open"
     );
@@ -140,7 +143,12 @@ fn redis_paused_every_mode_does_what_it_says_then_recovers() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (v, _) = check(s.http, "closed", "b");
-        if v["code"] == "OK" && metric(s.http, "sluice_breaker_state{shard=\"0\"}") == 0 {
+        if v["code"] == "OK"
+            && metric(
+                s.http,
+                "sluice_breaker_state{store=\"default\",shard=\"0\"}",
+            ) == 0
+        {
             break;
         }
         assert!(

@@ -91,7 +91,10 @@ async fn poll(
         if last_text.as_deref() == Some(text.as_str()) {
             continue;
         }
-        match parse_yaml(&text) {
+        let parsed = parse_yaml(&text)
+            .map_err(|e| e.to_string())
+            .and_then(|set| published.admits(&set).map(|()| set));
+        match parsed {
             Ok(mut set) => {
                 set.version = published.version() + 1;
                 tracing::info!(path = %path.display(), version = set.version, rules = set.rule_count(), "rules reloaded");

@@ -48,6 +48,19 @@ pub struct Published {
     changed: watch::Sender<u64>,
     refused: std::sync::atomic::AtomicU64,
     daemon: std::sync::OnceLock<Arc<str>>,
+    admission: std::sync::OnceLock<Admission>,
+}
+
+/// What a daemon asks of a set beyond validation, which only it can answer (that the
+/// stores the set names are in its config): `Err` names every problem.
+pub type Admit = Box<dyn Fn(&RuleSet) -> Result<(), String> + Send + Sync>;
+
+struct Admission(Admit);
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Admission")
+    }
 }
 
 impl Published {
@@ -59,6 +72,7 @@ impl Published {
             changed,
             refused: std::sync::atomic::AtomicU64::new(0),
             daemon: std::sync::OnceLock::new(),
+            admission: std::sync::OnceLock::new(),
         })
     }
 
@@ -76,6 +90,18 @@ impl Published {
             version: cur.version,
             domains: cur.domains.clone(),
         });
+    }
+
+    /// Sources refuse every set from now on that `admit` refuses, as they refuse an invalid
+    /// one (the last good set keeps serving). Called once, before the source's task
+    /// publishes; a second call is ignored.
+    pub fn admit_only(&self, admit: Admit) {
+        let _ = self.admission.set(Admission(admit));
+    }
+
+    /// Whether the daemon takes `set` ([`Published::admit_only`]); every set without a check.
+    pub fn admits(&self, set: &RuleSet) -> Result<(), String> {
+        self.admission.get().map_or(Ok(()), |a| (a.0)(set))
     }
 
     /// The daemon id sets are served as ([`Published::serve_as`]), if any.

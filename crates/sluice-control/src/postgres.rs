@@ -407,7 +407,11 @@ impl PgSource {
             (db_version, s)
         };
         tx.commit().await?;
-        match state.to_rule_set(version) {
+        let set = state
+            .to_rule_set(version)
+            .map_err(|e| e.to_string())
+            .and_then(|set| self.published.admits(&set).map(|()| set));
+        match set {
             Ok(set) => {
                 self.publish(version, instance, state, set);
                 Ok(true)

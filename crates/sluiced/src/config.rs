@@ -31,6 +31,53 @@ fn default_max_keys() -> usize {
     1_000_000
 }
 
+/// A named store (`stores: {<name>: ...}`): the shape of `store` (`kind` and its fields)
+/// and, optionally, its own deadline and breaker tuning; what it leaves out is the main
+/// store's. Its own Redis, so one tenant's load and outages stay on its own shards.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamedStoreConfig {
+    /// `memory`, `redis` or `redis_cluster`, as in `store`.
+    pub kind: String,
+    /// With `memory`: key bound.
+    pub max_keys: Option<usize>,
+    /// With `redis`: its URL.
+    pub url: Option<String>,
+    /// With `redis_cluster`: seed node URLs.
+    pub urls: Option<Vec<String>>,
+    /// Deadline of one call, ms (default: `store_timeout_ms`).
+    pub store_timeout_ms: Option<u64>,
+    /// As `store_stale_after_ms` (default: the main store's).
+    pub store_stale_after_ms: Option<u64>,
+    /// Deadline of connecting, ms (default: `store_connect_timeout_ms`).
+    pub store_connect_timeout_ms: Option<u64>,
+    /// Breaker tuning (each defaults to the main store's).
+    pub breaker_failure_pct: Option<u64>,
+    /// See `breaker_window_ms`.
+    pub breaker_window_ms: Option<u64>,
+    /// See `breaker_min_calls`.
+    pub breaker_min_calls: Option<u64>,
+    /// See `breaker_cool_off_ms`.
+    pub breaker_cool_off_ms: Option<u64>,
+}
+
+/// A named store with every setting resolved: what the daemon builds it from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedStore {
+    /// Its name.
+    pub name: String,
+    /// What it is.
+    pub store: StoreConfig,
+    /// Deadline of one call, ms.
+    pub timeout_ms: u64,
+    /// How long after a check's `now` the store may still run its call, ms.
+    pub stale_after_ms: Option<u64>,
+    /// Deadline of connecting, ms.
+    pub connect_timeout_ms: u64,
+    /// Its breakers' tuning.
+    pub breaker: sluice_core::breaker::BreakerConfig,
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig::Memory {
@@ -82,6 +129,9 @@ pub struct Config {
     pub pending_ttl_s: u64,
     /// Counter store.
     pub store: StoreConfig,
+    /// Named stores beside the main one, which rules and overrides name with `store:`
+    /// (docs/redis.md, "Named stores"); `default` is the main one's name.
+    pub stores: std::collections::BTreeMap<String, NamedStoreConfig>,
     /// Deadline of one store call, ms (the hot path's budget; no retries).
     pub store_timeout_ms: u64,
     /// How long after a check's `now` Redis may still run its call, ms: a call past it
@@ -172,6 +222,7 @@ impl Default for Config {
             read_tokens: Vec::new(),
             pending_ttl_s: 24 * 3600,
             store: StoreConfig::default(),
+            stores: std::collections::BTreeMap::new(),
             store_timeout_ms: 3,
             store_stale_after_ms: None,
             store_connect_timeout_ms: 100,
@@ -244,11 +295,102 @@ impl Config {
             self.worker_threads <= 1024,
             "worker_threads must be 0 (one per CPU) to 1024"
         );
+        self.named_stores()?;
         self.gossip.validate()?;
         self.limits.validate()?;
         self.tls.validate()?;
         self.decision_log.resolve()?;
         Ok(())
+    }
+
+    /// The named stores, every setting resolved; an error naming the store and the field for
+    /// a bad one.
+    pub fn named_stores(&self) -> anyhow::Result<Vec<NamedStore>> {
+        let mut out = Vec::with_capacity(self.stores.len());
+        for (name, c) in &self.stores {
+            let at = |m: &str| anyhow::anyhow!("stores.{name}: {m}");
+            if !sluice_core::stores::valid_name(name) {
+                return Err(at("a store name is 1 to 64 characters of a-z 0-9 _ -"));
+            }
+            if name == sluice_core::stores::DEFAULT {
+                return Err(at(
+                    "default is the main store's name (configure it as store:)",
+                ));
+            }
+            let fields = [
+                ("max_keys", c.max_keys.is_some()),
+                ("url", c.url.is_some()),
+                ("urls", c.urls.is_some()),
+            ];
+            let (store, takes) = match c.kind.as_str() {
+                "memory" => (
+                    StoreConfig::Memory {
+                        max_keys: c.max_keys.unwrap_or_else(default_max_keys),
+                    },
+                    "max_keys",
+                ),
+                "redis" => (
+                    StoreConfig::Redis {
+                        url: c.url.clone().ok_or_else(|| at("kind redis needs url"))?,
+                    },
+                    "url",
+                ),
+                "redis_cluster" => {
+                    let urls = c.urls.clone().unwrap_or_default();
+                    if urls.is_empty() {
+                        return Err(at("kind redis_cluster needs urls (seed nodes)"));
+                    }
+                    (StoreConfig::RedisCluster { urls }, "urls")
+                }
+                other => {
+                    return Err(at(&format!(
+                        "unknown kind {other:?}; expected memory | redis | redis_cluster"
+                    )));
+                }
+            };
+            if let Some((f, _)) = fields.iter().find(|(f, given)| *given && *f != takes) {
+                return Err(at(&format!("{f} does not apply to kind {}", c.kind)));
+            }
+            let timeout_ms = c.store_timeout_ms.unwrap_or(self.store_timeout_ms);
+            if !(1..=60_000).contains(&timeout_ms) {
+                return Err(at("store_timeout_ms must be 1 to 60000"));
+            }
+            let stale_after_ms = c.store_stale_after_ms.or(self.store_stale_after_ms);
+            if stale_after_ms.is_some_and(|s| s > 3_600_000) {
+                return Err(at("store_stale_after_ms must be 0 (no bound) to 3600000"));
+            }
+            let main = self.breaker();
+            let breaker = sluice_core::breaker::BreakerConfig {
+                failure_pct: c.breaker_failure_pct.unwrap_or(main.failure_pct),
+                window: c
+                    .breaker_window_ms
+                    .map_or(main.window, |ms| ms.saturating_mul(1000)),
+                min_calls: c.breaker_min_calls.unwrap_or(main.min_calls),
+                cool_off: c
+                    .breaker_cool_off_ms
+                    .map_or(main.cool_off, |ms| ms.saturating_mul(1000)),
+                probes: main.probes,
+            };
+            if !(1..=100).contains(&breaker.failure_pct)
+                || breaker.window == 0
+                || breaker.cool_off == 0
+            {
+                return Err(at(
+                    "breaker_failure_pct must be 1 to 100 and breaker windows greater than zero",
+                ));
+            }
+            out.push(NamedStore {
+                name: name.clone(),
+                store,
+                timeout_ms,
+                stale_after_ms,
+                connect_timeout_ms: c
+                    .store_connect_timeout_ms
+                    .unwrap_or(self.store_connect_timeout_ms),
+                breaker,
+            });
+        }
+        Ok(out)
     }
 
     /// The breaker tuning as the core takes it.

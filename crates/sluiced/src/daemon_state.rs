@@ -58,10 +58,10 @@ pub fn state_name(s: &BreakerState) -> &'static str {
 async fn daemon(State(st): State<DaemonState>) -> Response {
     let breakers: Vec<Value> = st
         .engine
-        .breaker_states()
+        .store_breakers()
         .iter()
-        .map(|(shard, state, opened)| {
-            json!({"shard": shard, "state": state_name(state), "opened_total": opened})
+        .map(|(store, shard, state, opened)| {
+            json!({"store": store, "shard": shard, "state": state_name(state), "opened_total": opened})
         })
         .collect();
     let gossip = st.regions.as_ref().map(|r| gossip_json(r, &st.region));

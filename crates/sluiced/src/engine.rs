@@ -90,6 +90,10 @@ pub struct Engine {
     /// One guard per store shard (shard index modulo [`BREAKERS`]); without a breaker for a
     /// store without outages.
     guards: Vec<Mutex<StoreGuard>>,
+    /// The main store's failure-mode answers (named stores count their own).
+    failures: crate::stores::FailureAnswers,
+    /// The named stores (`stores:`), each with its own guards, fallback and journal.
+    named: Vec<crate::stores::Backend>,
     /// Wall time for rules and stores, monotonic time for the breakers.
     clock: Arc<dyn Clock>,
     daemon_tag: String,
@@ -111,10 +115,10 @@ impl Engine {
         breaker: BreakerConfig,
     ) -> Engine {
         // A store without outages (in memory) has nothing to guard: no lock per call.
-        let shards = if store.outages() { BREAKERS } else { 0 };
-        let guard = StoreGuard::for_store(breaker, true);
         Engine {
-            guards: (0..shards).map(|_| Mutex::new(guard.clone())).collect(),
+            guards: crate::stores::guards(store.as_ref(), breaker),
+            failures: crate::stores::FailureAnswers::default(),
+            named: Vec::new(),
             clock: Arc::new(SystemClock::new()),
             rules,
             store,
@@ -143,61 +147,124 @@ impl Engine {
         self.clock.now()
     }
 
-    fn shard(&self, key: &str) -> usize {
-        self.store.shard_of(key) % BREAKERS
+    /// Adds a named store (`stores:`): rules and overrides naming it count there.
+    pub fn add_store(&mut self, b: crate::stores::Backend) {
+        self.metrics
+            .named_store_latency
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((b.name.clone(), b.latency.clone()));
+        self.named.push(b);
     }
 
-    /// The shard's guard, locked; `None` for a store without outages.
-    fn guard(&self, shard: usize) -> Option<std::sync::MutexGuard<'_, StoreGuard>> {
-        self.guards
-            .get(shard % BREAKERS)
-            .map(|g| g.lock().unwrap_or_else(|p| p.into_inner()))
+    /// The named stores.
+    pub fn named_stores(&self) -> &[crate::stores::Backend] {
+        &self.named
     }
 
-    /// Breaker state per shard, for `/metrics` (shard 0 and shards whose breaker ever opened;
-    /// none for a store without outages).
+    /// What a call to `store` (`None`: the main one) goes through; `None` for a name the
+    /// engine lacks (a published set never names one: the daemon refuses such sets).
+    fn target(&self, store: Option<&str>) -> Option<Target<'_>> {
+        match store {
+            None => Some(Target {
+                name: sluice_core::stores::DEFAULT,
+                store: self.store.as_ref(),
+                timeout: self.store_timeout,
+                guards: &self.guards,
+                local: &self.local,
+                latency: &self.metrics.store_latency,
+                failures: &self.failures,
+                journal: self.journal.as_ref(),
+            }),
+            Some(name) => self
+                .named
+                .iter()
+                .find(|b| &*b.name == name)
+                .map(|b| Target {
+                    name: &b.name,
+                    store: b.store.as_ref(),
+                    timeout: b.timeout,
+                    guards: &b.guards,
+                    local: &b.local,
+                    latency: &b.latency,
+                    failures: &b.failures,
+                    journal: b.journal.as_ref(),
+                }),
+        }
+    }
+
+    /// Breaker state per shard of the main store, for `/metrics` (shard 0 and shards whose
+    /// breaker ever opened; none for a store without outages).
     pub fn breaker_states(&self) -> Vec<(usize, BreakerState, u64)> {
-        self.guards
-            .iter()
-            .enumerate()
-            .filter_map(|(i, g)| {
-                let (state, opened) = g.lock().unwrap_or_else(|p| p.into_inner()).breaker()?;
-                (i == 0 || opened > 0).then_some((i, state, opened))
-            })
+        crate::stores::states(&self.guards)
+    }
+
+    /// Breaker state per store and shard: the main store (`default`) first, then each named
+    /// store.
+    pub fn store_breakers(&self) -> Vec<(&str, usize, BreakerState, u64)> {
+        let main = self
+            .breaker_states()
+            .into_iter()
+            .map(|(i, s, o)| (sluice_core::stores::DEFAULT, i, s, o));
+        let named = self.named.iter().flat_map(|b| {
+            crate::stores::states(&b.guards)
+                .into_iter()
+                .map(|(i, s, o)| (&*b.name, i, s, o))
+        });
+        main.chain(named).collect()
+    }
+
+    /// Failure-mode answers per store, the main one first.
+    pub fn store_failures(&self) -> Vec<(&str, &crate::stores::FailureAnswers)> {
+        std::iter::once((sluice_core::stores::DEFAULT, &self.failures))
+            .chain(self.named.iter().map(|b| (&*b.name, &b.failures)))
             .collect()
     }
 
-    /// One store call: admitted by the shard's guard, under the deadline, with panics in the
-    /// store path turned into failures (a bug takes the same path as an outage); the guard is
-    /// told how it ended and says what to do about the shard.
+    /// A call to the main store ([`Engine::call_store_in`]).
     pub(crate) async fn call_store(
         &self,
         call: &sluice_core::batch::Call,
     ) -> Result<sluice_core::batch::CallResult, StoreError> {
+        self.call_store_in(None, call).await
+    }
+
+    /// One store call to `store` (`None`: the main one): admitted by the shard's guard,
+    /// under the store's deadline, with panics in the store path turned into failures (a bug
+    /// takes the same path as an outage); the guard is told how it ended and says what to do
+    /// about the shard.
+    pub(crate) async fn call_store_in(
+        &self,
+        store: Option<&str>,
+        call: &sluice_core::batch::Call,
+    ) -> Result<sluice_core::batch::CallResult, StoreError> {
+        let Some(tg) = self.target(store) else {
+            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(StoreError::Unavailable(format!(
+                "no store named {:?}",
+                store.unwrap_or_default()
+            )));
+        };
         let key = call
             .items
             .first()
             .map(|i| i.key.as_str())
             .unwrap_or_default();
-        let shard = self.shard(key);
+        let shard = tg.shard(key);
         // Held across the await: dropped with the check if it is cancelled, which gives the
         // ticket back (a half-open probe would otherwise never report).
-        let admitted = self
-            .guard(shard)
-            .map(|mut g| g.admit(self.clock.monotonic()));
+        let admitted =
+            crate::stores::lock(tg.guards, shard).map(|mut g| g.admit(self.clock.monotonic()));
         let held = match admitted {
-            Some(Admit::Send(t)) => HeldTicket::new(self, shard, Some(t)),
-            None => HeldTicket::new(self, shard, None),
+            Some(Admit::Send(t)) => HeldTicket::new(tg.guards, shard, Some(t)),
+            None => HeldTicket::new(tg.guards, shard, None),
             Some(Admit::Refused) => {
                 return Err(StoreError::Unavailable("circuit breaker open".into()));
             }
         };
         let t = Instant::now();
-        let fut = AssertUnwindSafe(tokio::time::timeout(
-            self.store_timeout,
-            self.store.check(call),
-        ))
-        .catch_unwind();
+        let fut =
+            AssertUnwindSafe(tokio::time::timeout(tg.timeout, tg.store.check(call))).catch_unwind();
         let (r, ended) = match fut.await {
             Ok(Ok(Ok(r))) => (Ok(r), Ended::Answered),
             Ok(Ok(Err(e))) => {
@@ -205,7 +272,7 @@ impl Engine {
                 (Err(e), Ended::Failed { outage })
             }
             Ok(Err(_)) => (
-                Err(StoreError::Timeout(self.store_timeout.as_millis() as u64)),
+                Err(StoreError::Timeout(tg.timeout.as_millis() as u64)),
                 Ended::DeadlineMissed,
             ),
             Err(_) => {
@@ -215,19 +282,23 @@ impl Engine {
                 (Err(e), Ended::Failed { outage })
             }
         };
-        self.metrics
-            .store_latency
-            .observe(t.elapsed().as_secs_f64());
+        tg.latency.observe(t.elapsed().as_secs_f64());
         let transition = held.done().and_then(|t| {
-            self.guard(shard)
+            crate::stores::lock(tg.guards, shard)
                 .and_then(|mut g| g.finish(self.clock.monotonic(), t, ended))
         });
         match transition {
-            Some(Transition::Opened) => tracing::warn!(shard, "store breaker opened"),
+            Some(Transition::Opened) => {
+                tracing::warn!(store = tg.name, shard, "store breaker opened")
+            }
             Some(Transition::Closed) => {
-                tracing::info!(shard, "store breaker closed; dropping its local buckets");
+                tracing::info!(
+                    store = tg.name,
+                    shard,
+                    "store breaker closed; dropping its local buckets"
+                );
                 // Only this shard's: identities on shards still down keep theirs.
-                self.local.retain_keys(|k| self.shard(k) != shard);
+                tg.local.retain_keys(|k| tg.shard(k) != shard);
             }
             None => {}
         }
@@ -350,9 +421,16 @@ impl Engine {
         if let Some(u) = &self.usage {
             u.observe(&p, &answers, now);
         }
-        if let Some(j) = &self.journal {
+        if self.journal.is_some() {
             for (key, window, units) in sluice_core::guard::journaled(&p, &answers, &decision, cost)
             {
+                // Into the journal of the store the key's call went to.
+                let store = (0..p.calls.len())
+                    .find(|&i| p.calls[i].call.items.iter().any(|it| it.key == key))
+                    .and_then(|i| p.store_of(i));
+                let Some(j) = self.target(store).and_then(|t| t.journal) else {
+                    continue;
+                };
                 j.record(&crate::journal::Entry {
                     now,
                     cost: units,
@@ -381,12 +459,21 @@ impl Engine {
     }
 
     async fn answer(&self, p: &sluice_core::decision::Plan<'_>, i: usize, version: u64) -> Answer {
+        let store = p.store_of(i);
         let r = match &self.hot {
             Some(hot) => self.through_hot_keys(hot, p, i, version).await,
-            None => self.call_store(&p.calls[i].call).await,
+            None => self.call_store_in(store, &p.calls[i].call).await,
         };
+        let tg = self.target(store);
+        let local = tg.as_ref().map_or(&self.local, |t| t.local);
+        if r.is_err() {
+            let failures = tg.as_ref().map_or(&self.failures, |t| t.failures);
+            for &ri in &p.calls[i].rules {
+                failures.count(p.applied[ri].rule.on_store_failure);
+            }
+        }
         sluice_core::guard::answer(p, i, r.ok(), self.local_permille, |c| {
-            self.local.check_sync(c).ok()
+            local.check_sync(c).ok()
         })
     }
 
@@ -402,9 +489,10 @@ impl Engine {
     ) -> Result<sluice_core::batch::CallResult, StoreError> {
         use sluice_core::hotkeys::{CallPolicy, Next, Route, Sent};
         let pc = &p.calls[i];
+        let store = p.store_of(i);
         let policy = CallPolicy::of(p, i);
         if policy == CallPolicy::default() {
-            return self.call_store(&pc.call).await;
+            return self.call_store_in(store, &pc.call).await;
         }
         let shard = hot.shard_of(&pc.call);
         let first = hot.lock(shard).route(pc, policy, version);
@@ -440,7 +528,7 @@ impl Engine {
         };
         loop {
             let lease = LeaseInFlight::new(hot, shard, pc, sent);
-            let r = self.call_store(&sent.call(&pc.call)).await;
+            let r = self.call_store_in(store, &sent.call(&pc.call)).await;
             let next = match r {
                 Ok(r) if !sluice_core::hotkeys::Layer::wants(policy, sent, &r) => return Ok(r),
                 Ok(r) => {
@@ -484,11 +572,11 @@ impl Engine {
             .iter()
             .filter(|a| a.params.kind() == Kind::Concurrency)
         {
-            let r = tokio::time::timeout(
-                self.store_timeout,
-                self.store.release(&a.key, request_id, now),
-            )
-            .await;
+            let Some(tg) = self.target(a.store) else {
+                continue;
+            };
+            let r =
+                tokio::time::timeout(tg.timeout, tg.store.release(&a.key, request_id, now)).await;
             let failed = match r {
                 Ok(Ok(true)) => {
                     released += 1;
@@ -510,7 +598,7 @@ impl Engine {
                     tracing::warn!(%error, failures = n, "release failed; the slot expires on its own (sluice_release_failures_total)");
                 }
             }
-            self.local.release_sync(&a.key, request_id, now);
+            tg.local.release_sync(&a.key, request_id, now);
         }
         Ok(released)
     }
@@ -559,19 +647,42 @@ impl Drop for LeaseInFlight<'_> {
     }
 }
 
+/// What a call to one store goes through: the main store's parts of the engine, or a named
+/// store's ([`crate::stores::Backend`]).
+struct Target<'a> {
+    name: &'a str,
+    store: &'a dyn Store,
+    timeout: Duration,
+    guards: &'a [Mutex<StoreGuard>],
+    local: &'a MemoryStore,
+    latency: &'a crate::metrics::Histogram,
+    failures: &'a crate::stores::FailureAnswers,
+    journal: Option<&'a Arc<crate::journal::Journal>>,
+}
+
+impl Target<'_> {
+    fn shard(&self, key: &str) -> usize {
+        self.store.shard_of(key) % BREAKERS
+    }
+}
+
 /// A guard's ticket held across a store call's await. Dropped without [`HeldTicket::done`]
 /// (the check was cancelled mid-call), it abandons the ticket, so a half-open probe frees its
 /// place instead of leaking it.
 struct HeldTicket<'a> {
-    engine: &'a Engine,
+    guards: &'a [Mutex<StoreGuard>],
     shard: usize,
     ticket: Option<Ticket>,
 }
 
 impl<'a> HeldTicket<'a> {
-    fn new(engine: &'a Engine, shard: usize, ticket: Option<Ticket>) -> HeldTicket<'a> {
+    fn new(
+        guards: &'a [Mutex<StoreGuard>],
+        shard: usize,
+        ticket: Option<Ticket>,
+    ) -> HeldTicket<'a> {
         HeldTicket {
-            engine,
+            guards,
             shard,
             ticket,
         }
@@ -586,7 +697,7 @@ impl<'a> HeldTicket<'a> {
 impl Drop for HeldTicket<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take()
-            && let Some(mut g) = self.engine.guard(self.shard)
+            && let Some(mut g) = crate::stores::lock(self.guards, self.shard)
         {
             g.abandon(t);
         }

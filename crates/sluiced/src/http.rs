@@ -230,20 +230,7 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
             j.replayed()
         ));
     }
-    text.push_str("# HELP sluice_breaker_state Store circuit breaker per shard: 0 closed, 1 half-open, 2 open.\n# TYPE sluice_breaker_state gauge\n");
-    let breakers = engine.breaker_states();
-    for (shard, state, _) in &breakers {
-        text.push_str(&format!(
-            "sluice_breaker_state{{shard=\"{shard}\"}} {}\n",
-            state.gauge()
-        ));
-    }
-    text.push_str("# HELP sluice_breaker_opened_total Times a shard's breaker opened.\n# TYPE sluice_breaker_opened_total counter\n");
-    for (shard, _, opened) in &breakers {
-        text.push_str(&format!(
-            "sluice_breaker_opened_total{{shard=\"{shard}\"}} {opened}\n"
-        ));
-    }
+    crate::stores::render(&engine, &mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

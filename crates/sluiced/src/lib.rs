@@ -42,6 +42,7 @@ pub mod limits;
 pub mod metrics;
 pub mod regions;
 pub mod startup;
+pub mod stores;
 pub mod tls;
 pub mod unary;
 pub mod workers;
@@ -80,15 +81,31 @@ impl Listeners {
 }
 
 async fn build_store(cfg: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<Arc<MemoryStore>>)> {
+    let main = config::NamedStore {
+        name: sluice_core::stores::DEFAULT.into(),
+        store: cfg.store.clone(),
+        timeout_ms: cfg.store_timeout_ms,
+        stale_after_ms: cfg.store_stale_after_ms,
+        connect_timeout_ms: cfg.store_connect_timeout_ms,
+        breaker: cfg.breaker(),
+    };
+    build_one(cfg, &main).await
+}
+
+/// One store, the main one or a named one, from its resolved settings.
+async fn build_one(
+    cfg: &Config,
+    s: &config::NamedStore,
+) -> anyhow::Result<(Arc<dyn Store>, Option<Arc<MemoryStore>>)> {
     let redis = |urls: Vec<String>, cluster: bool| sluice_store::redis::RedisConfig {
         urls,
         cluster,
-        timeout_ms: cfg.store_timeout_ms,
-        connect_timeout_ms: cfg.store_connect_timeout_ms,
-        stale_after_ms: cfg.store_stale_after_ms,
+        timeout_ms: s.timeout_ms,
+        connect_timeout_ms: s.connect_timeout_ms,
+        stale_after_ms: s.stale_after_ms,
         tls: cfg.redis_tls.to_store(),
     };
-    match &cfg.store {
+    match &s.store {
         StoreConfig::Memory { max_keys } => {
             let m = Arc::new(MemoryStore::new(*max_keys));
             Ok((m.clone() as Arc<dyn Store>, Some(m)))
@@ -115,6 +132,23 @@ pub async fn run(
     // Rules: PostgreSQL with `postgres`, else the YAML file (control.rs).
     let mut rules = control::start_rules(&cfg, stop_rx.clone()).await?;
     let published = rules.published.clone();
+    // A set naming a store this daemon lacks is refused whole, the last good one kept
+    // serving; the first set must name only stores it has.
+    {
+        let known: Vec<String> = cfg.stores.keys().cloned().collect();
+        let admits = move |set: &sluice_core::rules::RuleSet| {
+            let missing = sluice_core::stores::unknown(set, |s| known.iter().any(|k| k == s));
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(missing.join("; "))
+            }
+        };
+        if let Err(why) = admits(&published.load()) {
+            anyhow::bail!("the rules name stores this daemon does not have: {why}");
+        }
+        published.admit_only(Box::new(admits));
+    }
 
     let (store, memory) = build_store(&cfg).await?;
     tracing::info!(store = store.kind(), "counter store configured");
@@ -137,6 +171,29 @@ pub async fn run(
             .with_context(|| format!("opening the quota journal {}", path.display()))?;
         tracing::info!(path = %path.display(), backlog = j.backlog(), "quota journal open");
         engine.journal = Some(Arc::new(j));
+    }
+    for named in cfg.named_stores()? {
+        let (store, memory) = build_one(&cfg, &named)
+            .await
+            .with_context(|| format!("store {:?} (stores:)", named.name))?;
+        tracing::info!(name = %named.name, store = store.kind(), "named store configured");
+        let mut b = stores::Backend::new(
+            &named.name,
+            store,
+            memory,
+            Duration::from_millis(named.timeout_ms),
+            named.breaker,
+        );
+        // Its journal beside the main one's: `<journal>.<name>`.
+        if let Some(path) = &cfg.journal {
+            let mut p = path.clone().into_os_string();
+            p.push(format!(".{}", named.name));
+            let p = std::path::PathBuf::from(p);
+            let j = journal::Journal::open(p.clone())
+                .with_context(|| format!("opening the quota journal {}", p.display()))?;
+            b.journal = Some(Arc::new(j));
+        }
+        engine.add_store(b);
     }
     if cfg.hot_keys.deny_entries > 0 || cfg.hot_keys.leases > 0 {
         let hot = Arc::new(hot::HotKeys::new(
@@ -196,6 +253,13 @@ pub async fn run(
                     Duration::from_millis(250),
                 )
                 .await;
+                for b in engine.named_stores() {
+                    if let Some(nj) = &b.journal {
+                        nj.sync();
+                        nj.replay(b.store.as_ref(), engine.now(), Duration::from_millis(250))
+                            .await;
+                    }
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     _ = stop.changed() => { j.sync(); return; }
@@ -219,6 +283,12 @@ pub async fn run(
                     m.sweep(now);
                 }
                 engine.local.sweep(now);
+                for b in engine.named_stores() {
+                    if let Some(m) = &b.memory {
+                        m.sweep(now);
+                    }
+                    b.local.sweep(now);
+                }
             }
         })
     };
@@ -275,6 +345,14 @@ pub async fn run(
         stop_rx.clone(),
         workers.clone(),
     ));
+    // Named stores warm up beside the main one; they do not hold readiness back (a tenant's
+    // store that is down answers its rules' failure modes, not everyone's).
+    for b in engine.named_stores() {
+        let (store, stop) = (b.store.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            startup::warm_up(store, &startup::Readiness::default(), stop).await;
+        });
+    }
     startup::warm_up(engine.store.clone(), &ready, stop_rx.clone()).await;
     let grpc = {
         let services = Arc::new(unary::Services {

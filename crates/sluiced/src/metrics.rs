@@ -141,8 +141,11 @@ pub struct Metrics {
     exporters: RwLock<Vec<Arc<dyn Exporter>>>,
     /// End-to-end check latency.
     pub check_latency: Histogram,
-    /// Store call latency.
+    /// Store call latency of the main store.
     pub store_latency: Histogram,
+    /// Store call latency of each named store (`stores:`), by name: rendered under the
+    /// same series with its `store` label.
+    pub named_store_latency: RwLock<Vec<(Arc<str>, Arc<Histogram>)>>,
     /// Checks by final code.
     pub checks_ok: AtomicU64,
     /// Checks answered OVER_LIMIT.
@@ -354,20 +357,30 @@ impl Metrics {
         ] {
             prom::counter(&mut out, name, help, v.load(Ordering::Relaxed));
         }
-        for (name, help, h) in [
-            (
-                "sluice_check_duration_seconds",
-                "Check latency inside the daemon.",
-                &self.check_latency,
-            ),
-            (
-                "sluice_store_duration_seconds",
-                "Store call latency.",
-                &self.store_latency,
-            ),
-        ] {
-            prom::header(&mut out, name, help, Kind::Histogram);
-            h.render(&mut out, name, &[]);
+        let name = "sluice_check_duration_seconds";
+        prom::header(
+            &mut out,
+            name,
+            "Check latency inside the daemon.",
+            Kind::Histogram,
+        );
+        self.check_latency.render(&mut out, name, &[]);
+        let name = "sluice_store_duration_seconds";
+        prom::header(
+            &mut out,
+            name,
+            "Store call latency, by store (default: the main one).",
+            Kind::Histogram,
+        );
+        self.store_latency
+            .render(&mut out, name, &[("store", sluice_core::stores::DEFAULT)]);
+        for (store, h) in self
+            .named_store_latency
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            h.render(&mut out, name, &[("store", store)]);
         }
         for (name, help, v) in extra {
             prom::gauge(&mut out, name, help, *v);
