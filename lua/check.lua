@@ -21,11 +21,12 @@
 -- ARGV: "now cost" or "now cost stale", request_id, then one argument per item:
 --   "code p1 p2 flags rcur rprev wstart wend", space-separated decimal integers, where
 --   code (1 token_bucket, 2 gcra, 3 fixed_window, 4 sliding_window, 5 sliding_log,
---         6 concurrency), flags = enforce (1) + 2 × charge_rejected, rcur / rprev = the
+--         6 concurrency, 7 leaky_queue), flags = enforce (1) + 2 × charge_rejected, rcur / rprev = the
 --   item's remote.cur / remote.prev.
 --   p1, p2 = units refilled per µs, burst (token_bucket) | emission interval in µs, burst
 --            (gcra) | limit, nominal window (fixed window) | limit, window (sliding window,
---            sliding log) | limit, timeout (concurrency).
+--            sliding log) | limit, timeout (concurrency) | emission interval in µs, max_delay
+--            in µs (leaky_queue, whose wstart is its rate's period: the outcome's window).
 --   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); for a
 --   token bucket wstart is its units per token instead (10^6 for a rate per second, e.g.
 --   6·10^6 for 10/1m: `algo::Rate`); 0 for other algorithms without windows, and both 0
@@ -178,7 +179,7 @@ local function arg_pair(i, what)
     return a, b
 end
 
-local ITEM = '^([1-6]) (%d+) (%d+) ([0-3]) (%d+) (%d+) (%d+) (%d+)$'
+local ITEM = '^([1-7]) (%d+) (%d+) ([0-3]) (%d+) (%d+) (%d+) (%d+)$'
 
 -- One item's argument as numbers: code, p1, p2, flags, rcur, rprev, wstart, wend. One
 -- pattern match checks every digit.
@@ -192,7 +193,8 @@ local function parse_item(s, i)
         or ws > MAX_EXACT or we > MAX_EXACT then
         badarg('item ' .. i .. ' holds a number above 2^53')
     end
-    if p1 == 0 or p2 == 0 or (c == '1' and ws == 0) then
+    -- A leaky_queue's max_delay is 0 for a caller that cannot wait (Envoy).
+    if p1 == 0 or (p2 == 0 and c ~= '7') or (c == '1' and ws == 0) then
         badarg('item ' .. i .. ' has a zero parameter')
     end
     return c + 0, p1, p2, fl + 0, rc, rp, ws, we
@@ -876,6 +878,64 @@ end
 ---------------------------------------------------------------------------------------------
 -- batch::apply
 
+---------------------------------------------------------------------------------------------
+-- leaky_queue: "tat", the next free departure in µs (core: algo/leaky_queue.rs). A request
+-- departs at max(now, tat) and holds the queue for cost intervals; allowed while its wait is
+-- at most max_delay, and an allowed outcome's retry_after is that wait (its delay). The key
+-- expires at tat: past it, absent state is the same empty queue.
+
+local function lq_load(key, ki)
+    local v, e = get_string(key, ki)
+    if e then return nil, e end
+    if v == nil then return nil, nil end
+    local tat = uint(match(v, '^(%d+)$'))
+    if tat == nil then
+        return nil, corrupt(ki, 'leaky_queue value ' .. format('%q', v) .. ' is not "tat"')
+    end
+    return tat, nil
+end
+
+-- core: leaky_queue::held_until
+local function lq_held_until(depart, cost, t)
+    return min(depart + cost * t, MAX_EXACT)
+end
+
+-- core: leaky_queue::room
+local function lq_room(t, max_delay, ahead)
+    if ahead > max_delay then
+        return 0
+    end
+    return idiv(max_delay - ahead, t) + 1
+end
+
+local function lq_evaluate(it, st, now, cost)
+    local t, max_delay = it.p1, it.p2
+    local depart = now
+    if st then
+        depart = max(st, now)
+    end
+    local delay = depart - now
+    local limit = lq_room(t, max_delay, 0)
+    if delay <= max_delay then
+        local held = depart
+        if cost > 0 then
+            held = lq_held_until(depart, cost, t)
+        end
+        local remaining = lq_room(t, max_delay, held - now)
+        return { true, limit, remaining, held - now, delay, it.wstart, limit - min(remaining, limit), 0 }
+    end
+    return { false, limit, 0, delay, delay - max_delay, it.wstart, limit, 0 }
+end
+
+local function lq_take(it, st, now, cost)
+    local depart = now
+    if st then
+        depart = max(st, now)
+    end
+    local tat = lq_held_until(depart, cost, it.p1)
+    put_string(it.key, fmt(tat), tat - now)
+end
+
 -- core: algo::remote_news. A shared bucket whose state lags the remote figure writes the
 -- drained state even when it takes nothing, so the drain outlives its own refill schedule.
 local function remote_news(it, st)
@@ -965,6 +1025,8 @@ local function run_call(kb, ab, na)
             st = { cur, prev }
         elseif it.code == 5 then
             st, e = sl_load(it.key, it.ki, now, it.p2)
+        elseif it.code == 7 then
+            st, e = lq_load(it.key, it.ki)
         else
             st, e = cc_load(it.key, it.ki, now)
         end
@@ -990,6 +1052,8 @@ local function run_call(kb, ab, na)
             o = sw_evaluate(it, st, now, cost)
         elseif it.code == 5 then
             o, e = sl_evaluate(it, st, now, cost)
+        elseif it.code == 7 then
+            o = lq_evaluate(it, st, now, cost)
         else
             o = cc_evaluate(it, st, now, cost, rid)
         end
@@ -1041,6 +1105,8 @@ local function run_call(kb, ab, na)
                 sw_take(it, st, now, cost)
             elseif it.code == 5 then
                 sl_take(it, st, now, cost)
+            elseif it.code == 7 then
+                lq_take(it, st, now, cost)
             else
                 cc_take(it, st, now, cost, rid)
             end

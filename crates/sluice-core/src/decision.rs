@@ -123,6 +123,10 @@ pub struct Decision {
     pub decided_by: Option<Arc<str>>,
     /// How long to wait before retrying, ms (0 when allowed).
     pub retry_after_ms: u64,
+    /// Allowed: how long the caller must wait before the request leaves, ms, rounded up so
+    /// it never leaves early: the longest delay of the enforced `leaky_queue` rules that
+    /// admitted it (0 without one, and for every refusal).
+    pub delay_ms: u64,
     /// Enforced policies in rule order.
     pub policies: Vec<PolicyStatus>,
     /// Shadow rules that would have refused.
@@ -147,6 +151,7 @@ impl Decision {
             code: Code::Ok,
             decided_by: None,
             retry_after_ms: 0,
+            delay_ms: 0,
             policies: Vec::new(),
             shadow_denied: Vec::new(),
             rules_version,
@@ -348,6 +353,8 @@ pub fn scale(params: &Params, permille: u64) -> Params {
         | Params::SlidingWindow { limit, .. }
         | Params::SlidingLog { limit, .. }
         | Params::Concurrency { limit, .. } => *limit = s(*limit),
+        // The same spacing: a daemon's own queue at its share of the rate.
+        Params::LeakyQueue { rate, .. } => *rate = rate.with_tokens(s).unwrap_or(*rate),
     }
     p
 }
@@ -398,6 +405,7 @@ impl Plan<'_> {
         d.code = Code::Ok;
         d.decided_by = None;
         d.retry_after_ms = 0;
+        d.delay_ms = 0;
         d.policies.clear();
         d.policies.reserve(self.applied.len());
         d.shadow_denied.clear();
@@ -438,6 +446,9 @@ impl Plan<'_> {
                     continue;
                 }
                 let status = status(a, outcome.as_ref(), via);
+                if let Some(o) = &outcome {
+                    d.delay_ms = d.delay_ms.max(ceil_millis(o.delay()));
+                }
                 unavailable |= via == Via::FailedClosed;
                 if !status.allowed
                     && status.via != Via::FailedClosed
@@ -447,6 +458,10 @@ impl Plan<'_> {
                 }
                 d.policies.push(status);
             }
+        }
+        if longest.is_some() || unavailable {
+            // Refused requests do not leave, so nothing waits.
+            d.delay_ms = 0;
         }
         if let Some((ms, i)) = longest {
             d.code = Code::OverLimit;
@@ -547,6 +562,10 @@ fn bucket_rate(params: &Params) -> Option<(u64, u64)> {
 /// (a calendar month as 30 days), a concurrency rule its slots (its `w`, the slot timeout, is
 /// not rendered: see [`headers_of`]).
 fn advertised(params: &Params) -> (u64, u64) {
+    // A shaping queue advertises the rate it lets requests out at.
+    if let Params::LeakyQueue { rate, .. } = params {
+        return rate.per_whole_seconds();
+    }
     bucket_rate(params).unwrap_or_else(|| (params.limit(), ceil_secs(params.window()).max(1)))
 }
 

@@ -43,6 +43,7 @@ pub fn code(kind: Kind) -> char {
         Kind::SlidingWindow => 'w',
         Kind::SlidingLog => 'l',
         Kind::Concurrency => 'c',
+        Kind::LeakyQueue => 'q',
     }
 }
 
@@ -55,6 +56,7 @@ pub fn kind_of_code(c: u8) -> Option<Kind> {
         b'w' => Kind::SlidingWindow,
         b'l' => Kind::SlidingLog,
         b'c' => Kind::Concurrency,
+        b'q' => Kind::LeakyQueue,
         _ => return None,
     })
 }
@@ -231,13 +233,14 @@ mod tests {
     use crate::matching::{Descriptors, identity};
     use proptest::prelude::*;
 
-    const KINDS: [Kind; 6] = [
+    const KINDS: [Kind; 7] = [
         Kind::TokenBucket,
         Kind::Gcra,
         Kind::FixedWindow,
         Kind::SlidingWindow,
         Kind::SlidingLog,
         Kind::Concurrency,
+        Kind::LeakyQueue,
     ];
 
     #[test]

@@ -91,7 +91,7 @@ pub fn figure_window(params: &Params, now: Micros) -> Option<FigureWindow> {
             expires: now.saturating_add(params.window()),
             cumulative: true,
         }),
-        Params::SlidingLog { .. } | Params::Concurrency { .. } => None,
+        Params::SlidingLog { .. } | Params::Concurrency { .. } | Params::LeakyQueue { .. } => None,
     }
 }
 
@@ -128,7 +128,7 @@ fn reported_window(params: &Params, start: Micros, now: Micros) -> Option<Figure
                 .flatten()
                 .map(|fw| FigureWindow { start, ..fw })
         }
-        Params::SlidingLog { .. } | Params::Concurrency { .. } => None,
+        Params::SlidingLog { .. } | Params::Concurrency { .. } | Params::LeakyQueue { .. } => None,
     }
 }
 
@@ -305,7 +305,8 @@ impl RemoteCounts {
             Params::TokenBucket { .. }
             | Params::Gcra { .. }
             | Params::SlidingLog { .. }
-            | Params::Concurrency { .. } => Remote::default(),
+            | Params::Concurrency { .. }
+            | Params::LeakyQueue { .. } => Remote::default(),
         }
     }
 

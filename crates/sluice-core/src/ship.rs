@@ -176,7 +176,7 @@ pub fn observed(params: &Params, outcome: &Outcome, rule: BusyRule, pct: u8) -> 
             threshold,
             generation: outcome.generation,
         }),
-        Kind::SlidingLog | Kind::Concurrency => None,
+        Kind::SlidingLog | Kind::Concurrency | Kind::LeakyQueue => None,
     }
 }
 

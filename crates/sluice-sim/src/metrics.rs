@@ -99,6 +99,11 @@ pub fn measure_window(params: &Params, now: Micros) -> (Micros, Micros, u64) {
             let (s, e) = aligned(*timeout);
             (s, e, *limit)
         }
+        // Decided in a period: the rate's departures plus a full queue's worth waiting.
+        Params::LeakyQueue { rate, .. } => {
+            let (s, e) = aligned(rate.per());
+            (s, e, rate.tokens() + params.limit())
+        }
     }
 }
 

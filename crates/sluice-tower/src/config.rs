@@ -91,12 +91,19 @@ pub struct Config {
     /// The edge guard before each daemon call: refusals remembered until their retry time
     /// (on), a coarse flood bucket per client (off unless set).
     pub edge: EdgeOptions,
+    /// The longest the layer holds a request a shaping rule (`leaky_queue`) admitted with a
+    /// delay before forwarding it (default 5 s). Past it the layer answers 429 instead, with
+    /// `Retry-After` the wait beyond the ceiling: a gateway's clients and timeouts are its
+    /// own to protect, whatever a rule's `max_delay` says. The departure the daemon gave the
+    /// request is spent unused either way.
+    pub max_wait: std::time::Duration,
 }
 
 impl Config {
     /// A configuration for `domain`: no templates (every route `METHOD *`), API key from
     /// `Authorization: Bearer`, no tier, no trusted proxies, failing open, releasing the
-    /// checks that took a slot, remembering refusals, no flood bucket.
+    /// checks that took a slot, remembering refusals, no flood bucket, holding a shaped
+    /// request at most 5 s.
     pub fn new(domain: impl Into<String>) -> Self {
         Config {
             domain: domain.into(),
@@ -109,6 +116,7 @@ impl Config {
             failure: FailureMode::Open,
             release: ReleaseFor::SlotTaken,
             edge: EdgeOptions::default(),
+            max_wait: std::time::Duration::from_secs(5),
         }
     }
 }

@@ -30,6 +30,8 @@ pub struct Stats {
     failed_closed: AtomicU64,
     edge_cached: AtomicU64,
     edge_flood: AtomicU64,
+    delayed: AtomicU64,
+    delay_refused: AtomicU64,
 }
 
 impl Stats {
@@ -62,6 +64,16 @@ impl Stats {
     /// without a daemon call (counted in [`Stats::over_limit`] too).
     pub fn edge_flood(&self) -> u64 {
         self.edge_flood.load(Ordering::Relaxed)
+    }
+    /// Allowed requests the layer held for their `delay_ms` (a shaping rule) before
+    /// forwarding them (counted in [`Stats::allowed`] too).
+    pub fn delayed(&self) -> u64 {
+        self.delayed.load(Ordering::Relaxed)
+    }
+    /// Allowed requests answered 429 because their delay was past [`Config::max_wait`]
+    /// (counted in [`Stats::over_limit`], not in [`Stats::allowed`]).
+    pub fn delay_refused(&self) -> u64 {
+        self.delay_refused.load(Ordering::Relaxed)
     }
 }
 
@@ -151,9 +163,14 @@ enum Verdict {
 fn verdict(shared: &Shared, answer: Result<CheckResponse, crate::limiter::CallError>) -> Verdict {
     let stats = &shared.stats;
     match answer {
-        Ok(resp) if resp.allowed => {
+        Ok(resp) if resp.allowed && !too_long(shared, &resp) => {
             bump(&stats.allowed);
             Verdict::Forward(Some(resp))
+        }
+        Ok(resp) if resp.allowed => {
+            bump(&stats.over_limit);
+            bump(&stats.delay_refused);
+            Verdict::Answer(too_many_requests(&past_max_wait(shared, resp)))
         }
         Ok(resp) if resp.code == Code::Unavailable as i32 => {
             bump(&stats.unavailable);
@@ -180,6 +197,26 @@ fn verdict(shared: &Shared, answer: Result<CheckResponse, crate::limiter::CallEr
             }
         },
     }
+}
+
+/// Whether an allowed answer asks the request to wait longer than the layer will hold it.
+fn too_long(shared: &Shared, resp: &CheckResponse) -> bool {
+    u128::from(resp.delay_ms) > shared.config.max_wait.as_millis()
+}
+
+/// An allowed answer whose delay is past [`Config::max_wait`] as a refusal: retry once the
+/// wait would be back within the ceiling, decided by the shaping rule that asked for it (the
+/// policy with the fewest units left).
+fn past_max_wait(shared: &Shared, mut resp: CheckResponse) -> CheckResponse {
+    let ceiling = u64::try_from(shared.config.max_wait.as_millis()).unwrap_or(u64::MAX);
+    resp.allowed = false;
+    resp.code = Code::OverLimit as i32;
+    resp.retry_after_ms = resp.delay_ms - ceiling;
+    resp.delay_ms = 0;
+    if let Some(p) = resp.policies.iter().min_by_key(|p| p.remaining) {
+        resp.decided_by = p.id.clone();
+    }
+    resp
 }
 
 /// The 429 the edge guard gave, counted.
@@ -283,6 +320,11 @@ where
                         },
                     )
                 });
+            // A shaping rule admitted it to leave later: hold it until then.
+            if let Some(d) = decision.as_ref().filter(|d| d.delay_ms > 0) {
+                bump(&shared.stats.delayed);
+                tokio::time::sleep(std::time::Duration::from_millis(d.delay_ms)).await;
+            }
             let mut resp = inner.call(req).await?;
             if let Some(d) = &decision {
                 apply_headers(resp.headers_mut(), &d.headers);

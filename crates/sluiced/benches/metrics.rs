@@ -47,6 +47,7 @@ fn decision(dom: &sluice_core::rules::Domain) -> Decision {
         code: Code::Ok,
         decided_by: None,
         retry_after_ms: 0,
+        delay_ms: 0,
         policies,
         shadow_denied: Vec::new(),
         rules_version: 0,

@@ -48,6 +48,9 @@ pub struct Checked {
     pub decision: Decision,
     /// Pass to release.
     pub request_id: String,
+    /// When the engine decided (epoch µs, its clock): a shaped request leaves at this plus
+    /// its `delay_ms`, however long the answer took to reach the caller.
+    pub decided_at: Micros,
 }
 
 /// Supplies other regions' counts for global rules (the merge layer).
@@ -316,8 +319,21 @@ impl Engine {
         descriptors: Vec<(String, String)>,
         cost: u64,
     ) -> Result<Checked, CheckError> {
+        self.check_waiting(domain, descriptors, cost, true).await
+    }
+
+    /// [`Engine::check`] for a caller that cannot wait before sending a request on (Envoy's
+    /// rate limit service): `wait: false` makes a `leaky_queue` rule refuse a request that
+    /// would have to wait, rather than admit it with a delay (`algo::without_waiting`).
+    pub async fn check_waiting(
+        &self,
+        domain: &str,
+        descriptors: Vec<(String, String)>,
+        cost: u64,
+        wait: bool,
+    ) -> Result<Checked, CheckError> {
         let started = Instant::now();
-        let r = self.check_inner(domain, descriptors, cost).await;
+        let r = self.check_inner(domain, descriptors, cost, wait).await;
         match &r {
             Ok(c) => self.decided(started, &c.decision),
             Err(_) => {
@@ -348,6 +364,7 @@ impl Engine {
         domain: &str,
         descriptors: Vec<(String, String)>,
         cost: u64,
+        wait: bool,
     ) -> Result<Checked, CheckError> {
         if domain.is_empty() {
             return Err(CheckError::NoDomain);
@@ -363,9 +380,10 @@ impl Engine {
         sluice_core::matching::check(dom, &d, cost)?;
         let now = self.clock.now();
         let request_id = request_id(&self.daemon_tag, self.seq.fetch_add(1, Ordering::Relaxed));
-        let decided = AssertUnwindSafe(self.decide(rules.version, dom, &d, now, cost, &request_id))
-            .catch_unwind()
-            .await;
+        let decided =
+            AssertUnwindSafe(self.decide(rules.version, dom, &d, now, cost, &request_id, wait))
+                .catch_unwind()
+                .await;
         let decision = match decided {
             Ok(decision) => decision,
             Err(_) => {
@@ -383,11 +401,14 @@ impl Engine {
         Ok(Checked {
             decision,
             request_id,
+            decided_at: now,
         })
     }
 
     /// Plans, asks the store, decides and tells the observers: everything of a check that a
     /// bug could make panic, so [`Engine::check`] can answer by the failure modes instead.
+    // The check's inputs, each used once: a struct for them would only be unpacked here.
+    #[allow(clippy::too_many_arguments)]
     async fn decide(
         &self,
         version: u64,
@@ -396,13 +417,19 @@ impl Engine {
         now: Micros,
         cost: u64,
         request_id: &str,
+        wait: bool,
     ) -> Decision {
         let remote = self.remote.as_deref();
-        let p = plan(dom, d, now, cost, request_id, |a| {
+        let mut p = plan(dom, d, now, cost, request_id, |a| {
             remote
                 .map(|r| r.remote(&a.key, &a.params, now))
                 .unwrap_or_default()
         });
+        if !wait {
+            for pc in &mut p.calls {
+                sluice_core::algo::without_waiting(&mut pc.call);
+            }
+        }
         let answers = self.answers(&p, version).await;
         let decision = p.decide(version, &answers);
         self.count(dom, &decision);

@@ -34,6 +34,7 @@ pub fn check_response(c: Checked) -> pb::CheckResponse {
         shadow_denied: d.shadow_denied.iter().map(|s| s.to_string()).collect(),
         request_id: c.request_id,
         release: d.holds_slot,
+        delay_ms: d.delay_ms,
     }
 }
 

@@ -76,6 +76,8 @@ pub fn decision_json(c: &Checked) -> Value {
         "shadow_denied": d.shadow_denied.iter().map(|s| &**s).collect::<Vec<_>>(),
         "request_id": c.request_id,
         "release": d.holds_slot,
+        "delay_ms": d.delay_ms,
+        "decided_at_us": c.decided_at,
     })
 }
 
@@ -324,6 +326,7 @@ pub(crate) mod tests {
         Checked {
             decision: d,
             request_id: "r1".into(),
+            decided_at: 0,
         }
     }
 

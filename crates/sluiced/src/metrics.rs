@@ -420,6 +420,7 @@ rules:
             code: Code::Ok,
             decided_by: None,
             retry_after_ms: 0,
+            delay_ms: 0,
             policies: vec![PolicyStatus {
                 id: rule.id.clone(),
                 limit: 10,

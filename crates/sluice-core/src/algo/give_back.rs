@@ -44,9 +44,13 @@ pub struct GiveBackReq {
 impl Kind {
     /// Whether units taken by a check of this algorithm can be given back (see the module
     /// docs of `give_back`). A sliding log keeps one entry per unit and a concurrency slot is
-    /// freed by `release`, so neither can be leased.
+    /// freed by `release`, so neither can be leased; a shaping queue's departures are each
+    /// one request's, so neither can it.
     pub fn leasable(self) -> bool {
-        !matches!(self, Kind::SlidingLog | Kind::Concurrency)
+        !matches!(
+            self,
+            Kind::SlidingLog | Kind::Concurrency | Kind::LeakyQueue
+        )
     }
 }
 

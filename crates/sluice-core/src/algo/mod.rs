@@ -13,6 +13,7 @@ mod concurrency;
 mod fixed_window;
 mod gcra;
 mod give_back;
+mod leaky_queue;
 mod rate;
 mod sliding_log;
 mod sliding_window;
@@ -22,6 +23,7 @@ mod token_bucket;
 pub use calendar::{Calendar, CalendarUnit};
 pub use fixed_window::key_bounds;
 pub use give_back::{GiveBackReq, give_back};
+pub use leaky_queue::without_waiting;
 pub use rate::{MAX_PERIOD, Rate, RateError, parse_rate};
 pub use state::{DecodeError, State};
 
@@ -129,6 +131,14 @@ pub enum Params {
         /// How long an unreleased slot is held.
         timeout: Micros,
     },
+    /// Shaping: admitted requests leave one interval apart, after a delay of at most
+    /// `max_delay`; only a request that would wait longer is refused.
+    LeakyQueue {
+        /// Departures per period.
+        rate: Rate,
+        /// The longest wait a request is admitted with.
+        max_delay: Micros,
+    },
 }
 
 /// Which algorithm, as named in the rule format and in store keys.
@@ -146,6 +156,8 @@ pub enum Kind {
     SlidingLog,
     /// `concurrency`
     Concurrency,
+    /// `leaky_queue`
+    LeakyQueue,
 }
 
 impl Kind {
@@ -158,6 +170,7 @@ impl Kind {
             Kind::SlidingWindow => "sliding_window",
             Kind::SlidingLog => "sliding_log",
             Kind::Concurrency => "concurrency",
+            Kind::LeakyQueue => "leaky_queue",
         }
     }
 }
@@ -172,6 +185,7 @@ impl Params {
             Params::SlidingWindow { .. } => Kind::SlidingWindow,
             Params::SlidingLog { .. } => Kind::SlidingLog,
             Params::Concurrency { .. } => Kind::Concurrency,
+            Params::LeakyQueue { .. } => Kind::LeakyQueue,
         }
     }
 
@@ -183,6 +197,7 @@ impl Params {
             | Params::SlidingWindow { limit, .. }
             | Params::SlidingLog { limit, .. }
             | Params::Concurrency { limit, .. } => limit,
+            Params::LeakyQueue { rate, max_delay } => leaky_queue::capacity(rate, max_delay),
         }
     }
 
@@ -194,6 +209,7 @@ impl Params {
             Params::FixedWindow { window, .. } => window.nominal(),
             Params::SlidingWindow { window, .. } | Params::SlidingLog { window, .. } => *window,
             Params::Concurrency { timeout, .. } => *timeout,
+            Params::LeakyQueue { rate, .. } => rate.per(),
         }
     }
 }
@@ -332,7 +348,10 @@ pub struct Outcome {
     pub remaining: u64,
     /// Until the quota is whole again (bucket full, window over).
     pub reset: Micros,
-    /// Until the same request would fit if nothing else happened; 0 when allowed.
+    /// Until the same request would fit if nothing else happened; 0 when allowed, except
+    /// for a `leaky_queue` rule, whose admitted request must first wait this long
+    /// ([`Outcome::delay`]). Why one field: it is the time until the request may go either way,
+    /// and the store reply (`lua/check.lua`) carries it unchanged.
     pub retry_after: Micros,
     /// The policy period (`w`).
     pub window: Micros,
@@ -347,6 +366,14 @@ pub struct Outcome {
     /// labels), so other regions tell a restarted key's figure from the old one's
     /// (`merge::RemoteCounts`); 0 for every other rule (windows label by window start).
     pub generation: Micros,
+}
+
+impl Outcome {
+    /// How long an admitted request must wait before it leaves (a `leaky_queue` rule's
+    /// shaping); 0 for a refusal and for every other algorithm.
+    pub fn delay(&self) -> Micros {
+        if self.allowed { self.retry_after } else { 0 }
+    }
 }
 
 /// The effective cost: a peek reports as if for one unit.
@@ -368,6 +395,9 @@ pub fn evaluate(params: &Params, state: Option<&State>, req: &Request<'_>) -> Ou
         Params::Concurrency { limit, timeout } => {
             concurrency::evaluate(*limit, *timeout, state, req)
         }
+        Params::LeakyQueue { rate, max_delay } => {
+            leaky_queue::evaluate(*rate, *max_delay, state, req)
+        }
     }
 }
 
@@ -384,6 +414,7 @@ pub fn take(params: &Params, state: Option<&State>, req: &Request<'_>) -> (State
         Params::SlidingWindow { limit: _, window } => sliding_window::take(*window, state, req),
         Params::SlidingLog { limit, window } => sliding_log::take(*limit, *window, state, req),
         Params::Concurrency { limit: _, timeout } => concurrency::take(*timeout, state, req),
+        Params::LeakyQueue { rate, max_delay } => leaky_queue::take(*rate, *max_delay, state, req),
     }
 }
 

@@ -64,6 +64,11 @@ pub enum State {
         /// Slots in acquisition order.
         slots: Vec<(String, Micros, u64)>,
     },
+    /// A shaping queue's next free departure.
+    LeakyQueue {
+        /// Epoch microseconds; the queue is empty once `now` reaches it.
+        tat: Micros,
+    },
 }
 
 /// Why bytes did not decode into a state.
@@ -86,6 +91,7 @@ impl State {
             State::SlidingWindow { .. } => Kind::SlidingWindow,
             State::SlidingLog { .. } => Kind::SlidingLog,
             State::Concurrency { .. } => Kind::Concurrency,
+            State::LeakyQueue { .. } => Kind::LeakyQueue,
         }
     }
 
@@ -155,6 +161,7 @@ impl State {
                 .map(|(id, exp, cost)| format!("{id} {exp} {cost}"))
                 .collect::<Vec<_>>()
                 .join(" "),
+            State::LeakyQueue { tat } => tat.to_string(),
         }
     }
 
@@ -253,6 +260,7 @@ impl State {
                 }
                 State::Concurrency { slots }
             }
+            Kind::LeakyQueue => State::LeakyQueue { tat: exact(1)?[0] },
         })
     }
 }

@@ -189,6 +189,13 @@ pub(crate) fn block(
                 "not defined for concurrency: a slot is held by the one request that took it",
             );
             ok = false;
+        } else if p.kind() == crate::algo::Kind::LeakyQueue {
+            f.bad(
+                "hot_keys.sample",
+                "not defined for leaky_queue: a sample at N times its cost would hold N \
+                 departures for one request and let the others out unspaced",
+            );
+            ok = false;
         } else if hk.lease != LeaseMode::Off {
             f.bad(
                 "hot_keys.sample",
@@ -213,8 +220,8 @@ pub(crate) fn block(
         } else {
             "hot_keys.local_share"
         };
-        if let Some(why) = params.and_then(|p| gate_refusal(p.kind())) {
-            f.bad(field, format!("not defined for concurrency: {why}"));
+        if let Some((p, why)) = params.and_then(|p| Some((p, gate_refusal(p.kind())?))) {
+            f.bad(field, format!("not defined for {}: {why}", p.kind().name()));
             ok = false;
         } else if hk.lease != LeaseMode::Off || hk.sample > 1 {
             f.bad(

@@ -171,7 +171,8 @@ pub fn share_of(params: &Params, daemons: u64) -> Option<Params> {
             limit: part(limit)?,
             window,
         },
-        Params::Concurrency { .. } => return None,
+        // A share of a shaping queue would let each daemon's share out at its own spacing.
+        Params::Concurrency { .. } | Params::LeakyQueue { .. } => return None,
     })
 }
 
@@ -191,10 +192,17 @@ pub fn effective_interval(params: &Params, interval: Micros) -> Micros {
 
 /// Why a rule's algorithm cannot be gated, or `None` when it can.
 pub fn gate_refusal(kind: Kind) -> Option<&'static str> {
-    (kind == Kind::Concurrency).then_some(
-        "a concurrency slot is held by one request until it is released; a count added later \
-         holds no slot",
-    )
+    match kind {
+        Kind::Concurrency => Some(
+            "a concurrency slot is held by one request until it is released; a count added \
+             later holds no slot",
+        ),
+        Kind::LeakyQueue => Some(
+            "a shaping queue gives each request its departure when it is decided; a count \
+             added later would let the daemon's requests out together",
+        ),
+        _ => None,
+    }
 }
 
 impl Share {

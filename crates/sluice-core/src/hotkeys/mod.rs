@@ -119,6 +119,10 @@ pub fn lease_refusal(kind: Kind) -> Option<&'static str> {
             "a concurrency slot is held by one request until it is released; a batch of slots \
              cannot be spent by other requests",
         ),
+        Kind::LeakyQueue => Some(
+            "a shaping queue gives each request its own departure time; a leased batch would \
+             let its units out at once, not one interval apart",
+        ),
     }
 }
 
@@ -188,7 +192,13 @@ impl CallPolicy {
             let rule = plan.applied[ri].rule;
             let hk = &rule.hot_keys;
             let conc = item.params.kind() == Kind::Concurrency;
-            if item.enforce && (!hk.deny_cache || item.charge_rejected || conc) {
+            // A queue refusing a caller that cannot wait (`algo::without_waiting`) still
+            // admits those that can: its refusal is not theirs to repeat.
+            let no_wait = matches!(
+                item.params,
+                crate::algo::Params::LeakyQueue { max_delay: 0, .. }
+            );
+            if item.enforce && (!hk.deny_cache || item.charge_rejected || conc || no_wait) {
                 deny = false;
             }
             let this = match hk.lease {

@@ -28,6 +28,10 @@ pub fn split_refusal(kind: Kind) -> Option<&'static str> {
             "a slot is released by request id under the rule's key; a split slot would sit in \
              one of N sub-counts the release cannot name",
         ),
+        Kind::LeakyQueue => Some(
+            "a shaping queue spaces every departure of the key one interval apart; N sub-counts \
+             would each let requests out at that spacing, N times the rate",
+        ),
     }
 }
 
@@ -54,6 +58,8 @@ pub fn sub_params(params: &Params, part: u32, of: u32) -> Params {
         | Params::SlidingWindow { limit, .. }
         | Params::SlidingLog { limit, .. }
         | Params::Concurrency { limit, .. } => *limit = s(*limit),
+        // Never split: validation refuses it (`split_refusal`).
+        Params::LeakyQueue { .. } => {}
     }
     p
 }

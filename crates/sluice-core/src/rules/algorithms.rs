@@ -15,6 +15,7 @@ pub const ALGORITHM_FIELDS: &[&str] = &[
     "calendar_tz",
     "window_start",
     "timeout",
+    "max_delay",
 ];
 
 /// One algorithm's fields: what a rule of it must give and what it may give; every other
@@ -112,6 +113,12 @@ pub const ALGORITHMS: &[AlgorithmFields] = &[
         required: &["limit"],
         allowed: &["timeout"],
     },
+    AlgorithmFields {
+        kind: Kind::LeakyQueue,
+        either: BUCKET_RATE,
+        required: &["max_delay"],
+        allowed: &[],
+    },
 ];
 
 #[cfg(test)]
@@ -130,7 +137,7 @@ mod tests {
             // `epoch`, the default: it goes with every other field (first_request does not
             // go with calendar_tz).
             "window_start" => json!("epoch"),
-            "timeout" => json!("1s"),
+            "timeout" | "max_delay" => json!("1s"),
             other => panic!("no sample for {other}"),
         }
     }
@@ -165,6 +172,7 @@ mod tests {
             Kind::SlidingWindow,
             Kind::SlidingLog,
             Kind::Concurrency,
+            Kind::LeakyQueue,
         ];
         assert_eq!(ALGORITHMS.iter().map(|a| a.kind).collect::<Vec<_>>(), all);
         for kind in all {

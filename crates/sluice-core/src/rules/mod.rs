@@ -185,6 +185,7 @@ impl Override {
             | Params::SlidingWindow { limit, .. }
             | Params::SlidingLog { limit, .. }
             | Params::Concurrency { limit, .. } => *limit = self.limit.unwrap_or(*limit),
+            Params::LeakyQueue { rate, .. } => *rate = self.rate.unwrap_or(*rate),
         }
         p
     }

@@ -122,6 +122,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     let limit = f.count("limit", limit_max);
     let window = f.span("window");
     let timeout = f.span("timeout");
+    let max_delay = f.span("max_delay");
     let tz = f.string("calendar_tz", false);
     let window_start = window_start(&mut f);
     let mode = f.choice(
@@ -210,6 +211,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         calendar_tz: tz,
         first_request: window_start,
         timeout,
+        max_delay,
     };
     let params = match algorithm.as_deref() {
         Some(name) => match AlgorithmFields::by_name(name) {
@@ -249,6 +251,9 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
                 kind.name()
             ),
         );
+    }
+    if params.as_ref().map(Params::kind) == Some(Kind::LeakyQueue) {
+        leaky_queue_limits(&mut f, scope, charge_rejected);
     }
     let hot_keys =
         crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref(), charge_rejected);
@@ -398,6 +403,7 @@ struct Numbers {
     /// `window_start`: `Some(true)` for `first_request`, `Some(false)` for `epoch`.
     first_request: Option<bool>,
     timeout: Option<Span>,
+    max_delay: Option<Span>,
 }
 
 impl Numbers {
@@ -412,6 +418,7 @@ impl Numbers {
             "calendar_tz" => self.calendar_tz.is_some(),
             "timeout" => self.timeout.is_some(),
             "window_start" => self.first_request.is_some(),
+            "max_delay" => self.max_delay.is_some(),
             _ => false,
         }
     }
@@ -486,6 +493,41 @@ fn params(f: &mut Fields<'_>, kind: Kind, n: Numbers) -> Option<Params> {
                 timeout,
             })
         }
+        Kind::LeakyQueue => {
+            let rate = n.rate.or(n.rate_per_s.map(Rate::per_second))?;
+            let max_delay = fixed(f, "max_delay", n.max_delay)?;
+            if max_delay > MAX_DELAY {
+                f.bad(
+                    "max_delay",
+                    "must be at most 1h: a request held longer is a job for a queue, not a wait",
+                );
+                return None;
+            }
+            Some(Params::LeakyQueue { rate, max_delay })
+        }
+    }
+}
+
+/// The longest `max_delay` a shaping rule may give.
+const MAX_DELAY: u64 = 3_600 * SECOND;
+
+/// What a `leaky_queue` rule cannot be: exact spacing needs every departure of a key decided
+/// in the one store that holds its queue, and a refusal must leave the queue as it was.
+fn leaky_queue_limits(f: &mut Fields<'_>, scope: Scope, charge_rejected: bool) {
+    if scope == Scope::Global {
+        f.bad(
+            "scope",
+            "global is not possible for leaky_queue: exact spacing needs the one store of a \
+             region; other regions' figures arrive late and would let requests out together \
+             (use scope: region)",
+        );
+    }
+    if charge_rejected {
+        f.bad(
+            "charge_rejected",
+            "not defined for leaky_queue: a refused request never leaves, so it takes no \
+             departure from the queue",
+        );
     }
 }
 

@@ -51,6 +51,7 @@ fn code(kind: Kind) -> u64 {
         Kind::SlidingWindow => 4,
         Kind::SlidingLog => 5,
         Kind::Concurrency => 6,
+        Kind::LeakyQueue => 7,
     }
 }
 
@@ -196,6 +197,9 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
             }
             Params::SlidingLog { limit, window } => (*limit, *window, 0, 0),
             Params::Concurrency { limit, timeout } => (*limit, *timeout, 0, 0),
+            // The spacing as the core counts it (`Rate::interval`), the longest wait, and the
+            // rate's period (the outcome's window).
+            Params::LeakyQueue { rate, max_delay } => (rate.interval(), *max_delay, rate.per(), 0),
         };
         let flags = u64::from(item.enforce) + 2 * u64::from(item.charge_rejected);
         args.push(joined(
@@ -255,7 +259,7 @@ pub fn encode_give_back(g: &GiveBack) -> Result<ScriptCall, StoreError> {
                 sliding_start(taken_at, *window),
             )
         }
-        Params::SlidingLog { .. } | Params::Concurrency { .. } => {
+        Params::SlidingLog { .. } | Params::Concurrency { .. } | Params::LeakyQueue { .. } => {
             return Err(crate::not_leasable(g));
         }
     };

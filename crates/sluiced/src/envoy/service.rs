@@ -107,9 +107,10 @@ impl RateLimitService {
                 self.with_override(domain, index, pairs, keys, &limit, cost)
                     .await
             }
+            // Envoy's answer has no delay: a shaping rule refuses what would have to wait.
             None => self
                 .engine
-                .check(domain, pairs, cost)
+                .check_waiting(domain, pairs, cost, false)
                 .await
                 .map(|c| c.decision)
                 .map_err(EnvoyError::from),
