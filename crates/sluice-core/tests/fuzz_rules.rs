@@ -75,6 +75,7 @@ fn field() -> impl Strategy<Value = String> {
         Just("headers"),
         Just("charge_rejected"),
         Just("share_threshold"),
+        Just("store"),
         Just("identity"),
         Just("rule"),
         Just("exempt"),

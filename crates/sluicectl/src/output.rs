@@ -51,6 +51,7 @@ const RULE_ORDER: &[&str] = &[
     "mode",
     "on_store_failure",
     "scope",
+    "store",
     "rollout_pct",
     "enforce_on",
     "headers",
