@@ -91,8 +91,8 @@ fn deny_run(deny_cache: bool, factor: u64, run: Duration) -> DenyRun {
         let m = n.metrics();
         store_checks += m.count("sluice_store_batched_calls_total");
         deny_hits += m.count("sluice_deny_cache_hits_total");
-        store_s += m["sluice_store_duration_seconds_sum"];
-        store_n += m["sluice_store_duration_seconds_count"];
+        store_s += m["sluice_store_duration_seconds_sum{store=\"default\"}"];
+        store_n += m["sluice_store_duration_seconds_count{store=\"default\"}"];
     }
     let store_latency = Duration::from_secs_f64(store_s / store_n.max(1.0));
     let allowance = BUCKET_BURST as f64 + BUCKET_RATE as f64 * load.span().as_secs_f64();
@@ -504,7 +504,7 @@ fn lease_auto_serves_a_hot_key_locally_and_ordinary_keys_exactly() {
     let h = &seen[&key("hot0")];
     let hot_calls = h.checks + h.give_backs;
     let lease_calls = d("sluice_lease_calls_total");
-    let store_calls = d("sluice_store_duration_seconds_count");
+    let store_calls = d("sluice_store_duration_seconds_count{store=\"default\"}");
     // What the bucket allows between the first and the last check Redis saw for the key
     // (the key is fresh: its bucket starts full), on the daemon's own clock.
     let span_us = h.last_now.unwrap_or(0) - h.first_now.unwrap_or(0);

@@ -330,7 +330,13 @@ fn an_expired_grpc_timeout_is_deadline_exceeded_without_a_decision() {
     assert_eq!(metric(r.http, "sluice_grpc_deadline_exceeded_total"), 2);
     // Only the on-time call reached the engine and the store.
     assert_eq!(metric(r.http, "sluice_checks_total{code=\"OK\"}"), 1);
-    assert_eq!(metric(r.http, "sluice_store_duration_seconds_count"), 1);
+    assert_eq!(
+        metric(
+            r.http,
+            "sluice_store_duration_seconds_count{store=\"default\"}"
+        ),
+        1
+    );
 }
 
 /// Reads from a raw connection until EOF or a reset; what was read.
