@@ -589,4 +589,29 @@ rules:
         let r = ask(&s, req("edge", vec![desc(&[("user", "u1")])], 1)).await;
         assert!(r.response_headers_to_add.is_empty(), "headers switched off");
     }
+
+    /// Envoy's answer has no delay: a shaping rule refuses there what would have to wait,
+    /// and that refusal takes no departure from the queue the other APIs wait in.
+    #[tokio::test]
+    async fn a_shaping_rule_refuses_envoy_what_would_wait() {
+        let s = memory();
+        let set = sluice_core::rules::parse_yaml(
+            "domain: sms\nrules:\n  - { id: queue, key: [user], algorithm: leaky_queue, rate: 1/1m, max_delay: 10m }\n",
+        )
+        .expect("valid rules");
+        s.engine.rules.publish(set);
+        let envoy = || req("sms", vec![desc(&[("user", "u")])], 1);
+        let json = || vec![("user".to_string(), "u".to_string())];
+        assert_eq!(ask(&s, envoy()).await.overall_code, RlsCode::Ok as i32);
+        let refused = ask(&s, envoy()).await;
+        assert_eq!(refused.overall_code, RlsCode::OverLimit as i32);
+        let first = s.engine.check("sms", json(), 1).await.expect("a check");
+        assert!(first.decision.allowed());
+        // One minute apart, less the time since the first departure: Envoy took only that one.
+        assert!((1..=60_000).contains(&first.decision.delay_ms), "{:?}", first.decision);
+        assert_eq!(ask(&s, envoy()).await.overall_code, RlsCode::OverLimit as i32);
+        let second = s.engine.check("sms", json(), 1).await.expect("a check");
+        let d = second.decision.delay_ms;
+        assert!((60_001..=120_000).contains(&d), "{:?}", second.decision);
+    }
 }
