@@ -30,7 +30,7 @@
 --   wstart, wend = the window's bounds, computed by Rust (calendar maths is Rust's); for a
 --   token bucket wstart is its units per token instead (10^6 for a rate per second, e.g.
 --   6·10^6 for 10/1m: `algo::Rate`); 0 for other algorithms without windows, and both 0
---   for a fixed window with `window_start: first_request`, whose window is the key's own
+--   for a fixed or sliding window with `window_start: first_request`, whose window is the key's own
 --   (read from its state, see fr_window).
 --   A bucket's rate arrives as Rust's `Rate` derives it (units, scale, interval), so the
 --   script never divides a period itself. (Format 2; format 1 sent rate_per_s as p1. A
@@ -691,6 +691,53 @@ local function sw_take(it, st, now, cost)
 end
 
 ---------------------------------------------------------------------------------------------
+-- sliding_window with window_start: first_request (code 4, wstart and wend 0): one key, the
+-- rule key itself, holding "start cur prev", the key's own window start and the counts of
+-- that window and the one before. core: sliding_window::window_of. The stored window lasts
+-- [start, start + len); in the window after it the stored count is the previous one; after
+-- both (or on a fresh key) a window starts at the call's own now. A call behind the stored
+-- start counts in the stored window.
+
+local function swf_load(key, ki)
+    local v, e = get_string(key, ki)
+    if e then return nil, e end
+    if v == nil then return nil, nil end
+    local a, b, c = match(v, '^(%d+) (%d+) (%d+)$')
+    local start, cur, prev = uint(a), uint(b), uint(c)
+    if start == nil or cur == nil or prev == nil then
+        return nil, corrupt(ki, 'first-request sliding window value ' .. format('%q', v) .. ' is not "start cur prev"')
+    end
+    return { start, cur, prev }, nil
+end
+
+-- The effective now, the window's start, and its (cur, prev) counts.
+local function swf_window(len, st, now)
+    if st == nil then
+        return now, now, 0, 0
+    end
+    now = max(now, st[1])
+    if now < st[1] + len then
+        return now, st[1], st[2], st[3]
+    elseif now < st[1] + 2 * len then
+        return now, st[1] + len, 0, st[2]
+    end
+    return now, now, 0, 0
+end
+
+-- sw_evaluate and the counters' write, on the key's own window.
+local function swf_evaluate(it, st, now, cost)
+    local n, start, cur, prev = swf_window(it.p2, st, now)
+    local own = { p1 = it.p1, p2 = it.p2, rcur = it.rcur, rprev = it.rprev, wstart = start }
+    return sw_evaluate(own, { cur, prev }, n, cost)
+end
+
+local function swf_take(it, st, now, cost)
+    local n, start, cur, prev = swf_window(it.p2, st, now)
+    put_string(it.key, fmt(start) .. ' ' .. fmt(cur + cost) .. ' ' .. fmt(prev),
+        2 * it.p2 - (n - start))
+end
+
+---------------------------------------------------------------------------------------------
 -- sliding_log: a sorted set, one member per admitted unit (the newest `limit` at most),
 -- score = admission time, member "<µs>.<seq>" (see sl_member)
 
@@ -994,7 +1041,7 @@ local function run_call(kb, ab, na)
             key = key,
         }
         ki = ki + 1
-        if code == 4 then
+        if code == 4 and we > 0 then
             it.prev_key = KEYS[kb + ki]
             if it.prev_key == nil then
                 badarg('fewer KEYS than items need')
@@ -1016,6 +1063,8 @@ local function run_call(kb, ab, na)
             st, e = fr_load(it.key, it.ki)
         elseif it.code == 3 then
             st, e = counter_load(it.key, it.ki)
+        elseif it.code == 4 and it.wend == 0 then
+            st, e = swf_load(it.key, it.ki)
         elseif it.code == 4 then
             local cur, prev
             cur, e = counter_load(it.key, it.ki)
@@ -1048,6 +1097,8 @@ local function run_call(kb, ab, na)
             o = fr_evaluate(it, st, now, cost)
         elseif it.code == 3 then
             o = { fw_evaluate(it.p1, it.p2, it.rcur, it.wend, st, now, cost) }
+        elseif it.code == 4 and it.wend == 0 then
+            o = swf_evaluate(it, st, now, cost)
         elseif it.code == 4 then
             o = sw_evaluate(it, st, now, cost)
         elseif it.code == 5 then
@@ -1101,6 +1152,8 @@ local function run_call(kb, ab, na)
                 fr_take(it, st, now, cost)
             elseif it.code == 3 then
                 fw_take(it.key, it.wend, st, now, cost)
+            elseif it.code == 4 and it.wend == 0 then
+                swf_take(it, st, now, cost)
             elseif it.code == 4 then
                 sw_take(it, st, now, cost)
             elseif it.code == 5 then

@@ -586,10 +586,12 @@ mod tests {
         let a = Params::SlidingWindow {
             limit: 100,
             window: 60 * SECOND,
+            start: Default::default(),
         };
         let b = Params::SlidingWindow {
             limit: 100,
             window: 3_600 * SECOND,
+            start: Default::default(),
         };
         assert_eq!(tighter(&a, &b, 10), Some(60));
         assert_eq!(tighter(&b, &a, 10), None);

@@ -1,7 +1,7 @@
 //! `window_start` in the rule format: what it builds, and every combination it refuses, with
 //! the rule and the field named.
 
-use sluice_core::algo::Window;
+use sluice_core::algo::{Window, WindowStart};
 use sluice_core::matching::{Descriptors, applicable};
 use sluice_core::rules::{Problem, parse_yaml};
 use sluice_core::time::SECOND;
@@ -53,6 +53,26 @@ fn first_request_builds_a_per_key_window_and_epoch_stays_the_default() {
         // The store key carries no window: Redis's epoch counters add the start to it.
         assert_eq!(key, "sl:{d|api_key=k1}:f:r");
     }
+}
+
+#[test]
+fn a_sliding_window_takes_it_too() {
+    let yaml = "domain: d\nrules:\n  - { id: r, key: [api_key], algorithm: sliding_window, limit: 5, window: 1m, window_start: first_request }\n";
+    let (key, params) = applied(yaml, "k1");
+    assert_eq!(
+        params,
+        Params::SlidingWindow {
+            limit: 5,
+            window: 60 * SECOND,
+            start: WindowStart::FirstRequest
+        }
+    );
+    assert_eq!(key, "sl:{d|api_key=k1}:w:r");
+    let (_, params) = applied(&yaml.replace(", window_start: first_request", ""), "k1");
+    assert!(!params.per_key_window(), "epoch by default");
+    let (at, field, msg) = refusal(&yaml.replace(" }\n", ", scope: global }\n"));
+    assert_eq!((at.as_str(), field.as_str()), ("r", "window_start"));
+    assert!(msg.contains("scope: global"), "{msg}");
 }
 
 #[test]
@@ -119,7 +139,6 @@ fn combinations_that_cannot_hold_are_refused_naming_rule_and_field() {
     );
 
     for other in [
-        "algorithm: sliding_window, limit: 5, window: 1m",
         "algorithm: sliding_log, limit: 5, window: 1m",
         "algorithm: token_bucket, rate_per_s: 1, burst: 5",
         "algorithm: gcra, rate_per_s: 1, burst: 5",

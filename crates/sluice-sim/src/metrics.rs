@@ -82,7 +82,7 @@ pub fn measure_window(params: &Params, now: Micros) -> (Micros, Micros, u64) {
             let (s, e) = window.bounds(now);
             (s, e, *limit)
         }
-        Params::SlidingWindow { limit, window } | Params::SlidingLog { limit, window } => {
+        Params::SlidingWindow { limit, window, .. } | Params::SlidingLog { limit, window } => {
             let (s, e) = aligned(*window);
             (s, e, *limit)
         }

@@ -38,11 +38,14 @@ const BURST: u64 = 10;
 /// A minute boundary: the clients arrive within the minute after it.
 const T0: Micros = 1_800_000_000 * SECOND - (1_800_000_000 * SECOND) % (60 * SECOND);
 
-fn scenario(window_start: &str) -> Scenario {
-    let set = [(
-        "rules.per-min.window_start".to_string(),
-        window_start.to_string(),
-    )];
+fn scenario(algorithm: &str, window_start: &str) -> Scenario {
+    let set = [
+        ("rules.per-min.algorithm".to_string(), algorithm.to_string()),
+        (
+            "rules.per-min.window_start".to_string(),
+            window_start.to_string(),
+        ),
+    ];
     match sluice_sim::parse(SCENARIO, &set) {
         Ok(s) => s,
         Err(e) => panic!("window_start = {window_start}: {e}"),
@@ -108,8 +111,8 @@ fn peak_per_second(back: &[Micros]) -> usize {
 
 #[test]
 fn clients_refused_together_come_back_spread_out() {
-    let epoch = readmissions(&scenario("epoch"));
-    let own = readmissions(&scenario("first_request"));
+    let epoch = readmissions(&scenario("fixed_window", "epoch"));
+    let own = readmissions(&scenario("fixed_window", "first_request"));
     assert_eq!(epoch.len() as u64, CLIENTS, "every client was refused once");
     assert_eq!(own.len() as u64, CLIENTS, "every client was refused once");
     let spread = |b: &[Micros]| b[b.len() - 1] - b[0];
@@ -128,6 +131,28 @@ fn clients_refused_together_come_back_spread_out() {
     // re-admissions spread over the minute the arrivals spread over.
     assert!(spread(&own) > 55 * SECOND, "{} ms", spread(&own) / MILLI);
     assert!(peak_per_second(&own) < 15, "{}", peak_per_second(&own));
+}
+
+/// The same clients on a sliding window: with epoch windows they come back together (the
+/// previous minute's weight falls for every key alike), with their own windows spread out.
+#[test]
+fn sliding_windows_refused_together_come_back_spread_out() {
+    let epoch = readmissions(&scenario("sliding_window", "epoch"));
+    let own = readmissions(&scenario("sliding_window", "first_request"));
+    assert_eq!(epoch.len() as u64, CLIENTS);
+    assert_eq!(own.len() as u64, CLIENTS);
+    let spread = |b: &[Micros]| b[b.len() - 1] - b[0];
+    eprintln!(
+        "sliding window, first re-admissions of {CLIENTS} clients: epoch spread {} ms, peak {} \
+         in one second; first_request spread {} ms, peak {} in one second",
+        spread(&epoch) / MILLI,
+        peak_per_second(&epoch),
+        spread(&own) / MILLI,
+        peak_per_second(&own),
+    );
+    assert!(spread(&own) > 55 * SECOND, "{} ms", spread(&own) / MILLI);
+    assert!(peak_per_second(&own) < 15, "{}", peak_per_second(&own));
+    assert!(peak_per_second(&epoch) > 10 * peak_per_second(&own));
 }
 
 #[test]

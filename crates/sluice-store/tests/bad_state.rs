@@ -42,6 +42,7 @@ fn all_algorithms() -> Vec<(&'static str, Params)> {
             Params::SlidingWindow {
                 limit: 5,
                 window: 60 * SECOND,
+                start: Default::default(),
             },
         ),
         (

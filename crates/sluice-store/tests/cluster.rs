@@ -69,6 +69,7 @@ fn every_algorithm(identity: &str) -> Vec<sluice_core::batch::Item> {
             Params::SlidingWindow {
                 limit: 1_000_000,
                 window: 60 * SECOND,
+                start: Default::default(),
             },
         ),
         item(

@@ -138,6 +138,7 @@ fn gen_params(rng: &mut Rng, alg: Alg) -> Params {
         Alg::Sw => Params::SlidingWindow {
             limit: small_or_big(rng, 30, 10_000),
             window: small_or_big(rng, 5_000, 86_400_000) * MILLI,
+            start: Default::default(),
         },
         Alg::Sl => Params::SlidingLog {
             limit: small_or_big(rng, 30, 200),
@@ -165,6 +166,7 @@ fn change_params(rng: &mut Rng, alg: Alg, p: &Params) -> Params {
             Params::SlidingWindow {
                 limit,
                 window: *window,
+                start: Default::default(),
             }
         }
         (_, f) => f,

@@ -2,7 +2,7 @@
 //! on a real redis-server against the Rust core, as tests/differential.rs does for every
 //! algorithm.
 //!
-//! Seeded random sequences of first-request fixed windows, alone and in calls with an epoch
+//! Seeded random sequences of first-request fixed and sliding windows, alone and in calls with an epoch
 //! fixed window and a token bucket (shadow and charge_rejected flags, costs above the limit,
 //! peeks, clocks stepping back), run through `sluice_core::batch::apply` and through the
 //! script with the store's own encoder and decoder. After every call the outcomes must be
@@ -19,7 +19,7 @@ mod common;
 
 use common::{redis, script_loaded, sync_conn};
 use redis::Value;
-use sluice_core::algo::{Kind, Rate, Window};
+use sluice_core::algo::{Kind, Rate, Window, WindowStart};
 use sluice_core::batch::{Call, CallResult, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
@@ -38,8 +38,16 @@ fn first_request(limit: u64, len: Micros) -> Params {
     }
 }
 
+fn sliding_first_request(limit: u64, len: Micros) -> Params {
+    Params::SlidingWindow {
+        limit,
+        window: len,
+        start: WindowStart::FirstRequest,
+    }
+}
+
 fn per_key(p: &Params) -> bool {
-    matches!(p, Params::FixedWindow { window, .. } if window.per_key())
+    p.per_key_window()
 }
 
 /// Runs one call through the script in MULTI/EXEC with PTTL and PERSIST of its keys.
@@ -78,10 +86,23 @@ fn ttl_matches(pttl: i64, ttl: Micros) -> bool {
     pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0)
 }
 
-/// What Redis holds under a first-request window's key, decoded as the core's state.
-fn stored(conn: &mut redis::Connection, key: &str) -> Option<State> {
+/// What Redis holds under a first-request window's key, decoded as the core's state of
+/// `kind` ("start count", "start cur prev").
+fn stored_as(conn: &mut redis::Connection, key: &str, kind: Kind) -> Option<State> {
     let v: Option<String> = redis::cmd("GET").arg(key).query(conn).expect("GET");
-    v.map(|v| State::decode(Kind::FixedWindow, &v).expect("\"start count\""))
+    v.map(|v| State::decode(kind, &v).expect("a first-request window's state"))
+}
+
+fn stored(conn: &mut redis::Connection, key: &str) -> Option<State> {
+    stored_as(conn, key, Kind::FixedWindow)
+}
+
+/// The start of a first-request window's state.
+fn start_of(st: &State) -> Option<Micros> {
+    match st {
+        State::FixedWindow { start, .. } | State::SlidingWindow { start, .. } => Some(*start),
+        _ => None,
+    }
 }
 
 #[derive(Default, Debug)]
@@ -100,6 +121,8 @@ struct Tally {
     over_limit: u64,
     /// Calls exactly at the first rule's window end (a retry at its `Retry-After`).
     at_window_end: u64,
+    /// First-request sliding window items checked.
+    sliding: u64,
 }
 
 fn gap(rng: &mut Rng, len: Micros) -> Micros {
@@ -127,9 +150,16 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
     } else {
         rng.range(1, 86_400) * SECOND
     };
+    // Sliding windows are whole milliseconds.
+    let sliding = rng.chance(0.5);
+    let len = if sliding { len - len % MILLI } else { len };
     let mut items = vec![Item {
         key: format!("sl:{{fr{seed}}}:f:first"),
-        params: first_request(rng.range(1, 30), len),
+        params: if sliding {
+            sliding_first_request(rng.range(1, 30), len)
+        } else {
+            first_request(rng.range(1, 30), len)
+        },
         enforce: true,
         charge_rejected: rng.chance(0.3),
         remote: Remote::default(),
@@ -137,9 +167,14 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
     // Now and then a second first-request rule, an epoch window and a bucket of the same
     // identity in the same call, some of them shadow.
     if rng.chance(0.3) {
+        let (limit, len) = (rng.range(1, 30), rng.range(1, 5_000) * MILLI);
         items.push(Item {
             key: format!("sl:{{fr{seed}}}:f:second"),
-            params: first_request(rng.range(1, 30), rng.range(1, 5_000) * MILLI),
+            params: if rng.chance(0.5) {
+                sliding_first_request(limit, len)
+            } else {
+                first_request(limit, len)
+            },
             enforce: rng.chance(0.7),
             charge_rejected: rng.chance(0.3),
             remote: Remote::default(),
@@ -186,12 +221,13 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
     for step in 0..rng.range(20, 80) {
         if skew && rng.chance(0.2) {
             now -= rng.range(0, 5_000);
-        } else if let Some(State::FixedWindow { start, .. }) = &states[0]
+        } else if let Some(start) = states[0].as_ref().and_then(start_of)
             && start + len >= now
             && rng.chance(0.15)
         {
-            // A client retrying at its Retry-After: exactly the key's own window end.
-            now = start + len;
+            // A client retrying at its Retry-After: exactly the key's own window end, or the
+            // end of the window after it (where a sliding window's count stops weighing).
+            now = start + len * rng.range(1, 2);
             tally.at_window_end += 1;
         } else {
             now += gap(&mut rng, len);
@@ -233,9 +269,9 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
                     ctx()
                 );
                 if per_key(&item.params)
-                    && let State::FixedWindow { start, .. } = st
+                    && let Some(start) = start_of(st)
                 {
-                    tally.fr_new_windows += u64::from(*start == now);
+                    tally.fr_new_windows += u64::from(start == now);
                 }
                 states[i] = (*ttl > 0).then(|| st.clone());
                 expires[i] = now + ttl;
@@ -250,7 +286,7 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
                     "a first-request window lives under the rule key itself"
                 );
                 assert_eq!(
-                    stored(conn, &item.key),
+                    stored_as(conn, &item.key, item.params.kind()),
                     states[i],
                     "stored state of {}: {}",
                     item.key,
@@ -258,9 +294,10 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
                 );
                 tally.fr_refused += u64::from(!want.outcomes[i].allowed);
                 tally.over_limit += u64::from(call.cost > item.params.limit());
-                if let Some(State::FixedWindow { start, .. }) = &before[i] {
-                    tally.behind += u64::from(now < *start);
+                if let Some(start) = before[i].as_ref().and_then(start_of) {
+                    tally.behind += u64::from(now < start);
                 }
+                tally.sliding += u64::from(item.params.kind() == Kind::SlidingWindow);
             }
         }
         tally.calls += 1;
@@ -300,6 +337,7 @@ fn lua_and_rust_agree_on_first_request_windows() {
         );
         assert!(tally.behind > 50 && tally.over_limit > 200, "{tally:?}");
         assert!(tally.at_window_end > 500, "{tally:?}");
+        assert!(tally.sliding > 5_000, "{tally:?}");
     }
 }
 

@@ -145,6 +145,7 @@ async fn memory_usage_per_key() {
                 Params::SlidingWindow {
                     limit: 600,
                     window: 60 * SECOND,
+                    start: Default::default(),
                 },
             ),
             1,

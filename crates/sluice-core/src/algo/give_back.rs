@@ -233,6 +233,7 @@ mod tests {
         let p = Params::SlidingWindow {
             limit: 10,
             window: w,
+            start: Default::default(),
         };
         let start = T0 - T0 % w;
         let (_, back) = lease(&p, None, 6, 4, start + SECOND, start + 3 * SECOND);

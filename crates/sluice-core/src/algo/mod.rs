@@ -86,6 +86,18 @@ impl Window {
     }
 }
 
+/// Where a sliding window's windows start (`window_start`): the epoch, the same windows for
+/// every key and region, or each key's own first request (see `Window::FirstRequest`, the
+/// fixed window's form).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowStart {
+    /// `[k·len, (k + 1)·len)`.
+    #[default]
+    Epoch,
+    /// From the key's first request; the start lives in the key's state.
+    FirstRequest,
+}
+
 /// Validated numbers of one algorithm.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Params {
@@ -116,6 +128,8 @@ pub enum Params {
         limit: u64,
         /// Window length; a whole number of milliseconds.
         window: Micros,
+        /// Where the key's windows start (`window_start`).
+        start: WindowStart,
     },
     /// Exact: one timestamp per admitted unit.
     SlidingLog {
@@ -186,6 +200,17 @@ impl Params {
             Params::SlidingLog { .. } => Kind::SlidingLog,
             Params::Concurrency { .. } => Kind::Concurrency,
             Params::LeakyQueue { .. } => Kind::LeakyQueue,
+        }
+    }
+
+    /// Whether the rule's windows start at each key's first request (`window_start:
+    /// first_request`): their bounds come from the key's state, so no one outside the store
+    /// call (regions, leases, the sync gate) can count in them.
+    pub fn per_key_window(&self) -> bool {
+        match self {
+            Params::FixedWindow { window, .. } => window.per_key(),
+            Params::SlidingWindow { start, .. } => *start == WindowStart::FirstRequest,
+            _ => false,
         }
     }
 
@@ -388,9 +413,11 @@ pub fn evaluate(params: &Params, state: Option<&State>, req: &Request<'_>) -> Ou
         Params::TokenBucket { rate, burst } => token_bucket::evaluate(*rate, *burst, state, req),
         Params::Gcra { rate, burst } => gcra::evaluate(*rate, *burst, state, req),
         Params::FixedWindow { limit, window } => fixed_window::evaluate(*limit, window, state, req),
-        Params::SlidingWindow { limit, window } => {
-            sliding_window::evaluate(*limit, *window, state, req)
-        }
+        Params::SlidingWindow {
+            limit,
+            window,
+            start,
+        } => sliding_window::evaluate(*limit, *window, *start, state, req),
         Params::SlidingLog { limit, window } => sliding_log::evaluate(*limit, *window, state, req),
         Params::Concurrency { limit, timeout } => {
             concurrency::evaluate(*limit, *timeout, state, req)
@@ -411,7 +438,11 @@ pub fn take(params: &Params, state: Option<&State>, req: &Request<'_>) -> (State
         Params::TokenBucket { rate, burst } => token_bucket::take(*rate, *burst, state, req),
         Params::Gcra { rate, burst } => gcra::take(*rate, *burst, state, req),
         Params::FixedWindow { limit: _, window } => fixed_window::take(window, state, req),
-        Params::SlidingWindow { limit: _, window } => sliding_window::take(*window, state, req),
+        Params::SlidingWindow {
+            limit: _,
+            window,
+            start,
+        } => sliding_window::take(*window, *start, state, req),
         Params::SlidingLog { limit, window } => sliding_log::take(*limit, *window, state, req),
         Params::Concurrency { limit: _, timeout } => concurrency::take(*timeout, state, req),
         Params::LeakyQueue { rate, max_delay } => leaky_queue::take(*rate, *max_delay, state, req),

@@ -30,7 +30,8 @@ fn params() -> impl Strategy<Value = Params> {
         }),
         (1u64..30, 1u64..5_000).prop_map(|(limit, ms)| Params::SlidingWindow {
             limit,
-            window: ms * MILLI
+            window: ms * MILLI,
+            start: Default::default(),
         }),
         (1u64..30, 1u64..5_000).prop_map(|(limit, ms)| Params::SlidingLog {
             limit,
@@ -115,7 +116,7 @@ proptest! {
                 for (t, c) in &admitted { *per.entry(window.bounds(*t).0).or_default() += c; }
                 prop_assert!(per.values().all(|&n| n <= *limit));
             }
-            Params::SlidingWindow { limit, window } => {
+            Params::SlidingWindow { limit, window, .. } => {
                 let mut per: std::collections::HashMap<Micros, u64> = Default::default();
                 for (t, c) in &admitted { *per.entry(t - t % window).or_default() += c; }
                 prop_assert!(per.values().all(|&n| n <= *limit));
@@ -440,7 +441,11 @@ fn any_leasable_state(field: u64, count: u64) -> impl Strategy<Value = (Params, 
             let window = ms * MILLI;
             let start = start - start % window;
             (
-                Params::SlidingWindow { limit, window },
+                Params::SlidingWindow {
+                    limit,
+                    window,
+                    start: Default::default(),
+                },
                 State::SlidingWindow { start, cur, prev },
             )
         }),

@@ -4,7 +4,7 @@
 //! The weight is taken in whole milliseconds so the products stay below 2^53: the estimate is
 //! `prev·rem_ms + cur·w_ms ≤ limit·w_ms`, all integers, identical in Lua.
 
-use super::{Outcome, Request, State, probe_cost};
+use super::{Outcome, Request, State, WindowStart, probe_cost};
 use crate::time::{MILLI, Micros};
 
 /// Local (cur, prev) counts for the window starting at `start`.
@@ -17,6 +17,33 @@ fn counts(start: Micros, window: Micros, state: Option<&State>) -> (u64, u64) {
         }) if *s == start => (*cur, *prev),
         Some(State::SlidingWindow { start: s, cur, .. }) if *s + window == start => (0, *cur),
         _ => (0, 0),
+    }
+}
+
+/// The start of the window `now` counts in, and its local (cur, prev) counts. Epoch windows
+/// are `now`'s epoch-aligned one. A `first_request` window starts at the stored start while
+/// it lasts and at the window after it (the stored count then weighs as the previous one);
+/// once both have ended, or on a fresh key, at `now`: a state past its TTL decides as an
+/// absent one (see `fixed_window::key_bounds`).
+fn window_of(
+    window: Micros,
+    mode: WindowStart,
+    state: Option<&State>,
+    now: Micros,
+) -> (Micros, u64, u64) {
+    if mode == WindowStart::Epoch {
+        let start = now - now % window;
+        let (cur, prev) = counts(start, window, state);
+        return (start, cur, prev);
+    }
+    match state {
+        Some(State::SlidingWindow { start, cur, prev }) if now < start.saturating_add(window) => {
+            (*start, *cur, *prev)
+        }
+        Some(State::SlidingWindow { start, cur, .. }) if now < start.saturating_add(2 * window) => {
+            (start + window, 0, *cur)
+        }
+        _ => (now, 0, 0),
     }
 }
 
@@ -44,15 +71,15 @@ fn effective_now(state: Option<&State>, now: Micros) -> Micros {
 pub(super) fn evaluate(
     limit: u64,
     window: Micros,
+    mode: WindowStart,
     state: Option<&State>,
     req: &Request<'_>,
 ) -> Outcome {
     let now = effective_now(state, req.now);
-    let start = now - now % window;
+    let (start, lcur, lprev) = window_of(window, mode, state, now);
     let elapsed = now - start;
     let w_ms = window / MILLI;
     let rem_ms = (window - elapsed) / MILLI;
-    let (lcur, lprev) = counts(start, window, state);
     let cur = lcur + req.remote.cur;
     let prev = lprev + req.remote.prev;
     let probe = probe_cost(req.cost);
@@ -90,10 +117,14 @@ pub(super) fn evaluate(
     }
 }
 
-pub(super) fn take(window: Micros, state: Option<&State>, req: &Request<'_>) -> (State, Micros) {
+pub(super) fn take(
+    window: Micros,
+    mode: WindowStart,
+    state: Option<&State>,
+    req: &Request<'_>,
+) -> (State, Micros) {
     let now = effective_now(state, req.now);
-    let start = now - now % window;
-    let (cur, prev) = counts(start, window, state);
+    let (start, cur, prev) = window_of(window, mode, state, now);
     (
         State::SlidingWindow {
             start,
@@ -115,6 +146,7 @@ mod tests {
         let p = Params::SlidingWindow {
             limit: 10,
             window: 10 * SECOND,
+            start: WindowStart::Epoch,
         };
         let r = |now| Request {
             now,
@@ -141,6 +173,7 @@ mod tests {
         let p = Params::SlidingWindow {
             limit: 2,
             window: SECOND,
+            start: WindowStart::Epoch,
         };
         let r = |now| Request {
             now,

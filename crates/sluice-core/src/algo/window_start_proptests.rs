@@ -1,7 +1,8 @@
-//! `window_start: first_request` held to its definition over random request sequences: each
-//! key's windows are `[origin, origin + len)` from its own first request, a window that
-//! ended gives way to one starting at the key's next request, and epoch windows decide as
-//! their definition says, as before.
+//! `window_start: first_request` held to its definition over random request sequences, for
+//! fixed and sliding windows: each key's windows are `[origin, origin + len)` from its own
+//! first request, a window that ended gives way to the one after it (a sliding window's
+//! next, while its count still weighs) or to one starting at the key's next request, and
+//! epoch windows decide as their definition says, as before.
 
 use super::*;
 use crate::time::{MILLI, SECOND};
@@ -76,7 +77,9 @@ impl Key {
     /// The start of the window the key's live state counts, at `now`.
     fn start(&self, now: Micros) -> Option<Micros> {
         match self.visible(now) {
-            Some(State::FixedWindow { start, .. }) => Some(*start),
+            Some(State::FixedWindow { start, .. } | State::SlidingWindow { start, .. }) => {
+                Some(*start)
+            }
             _ => None,
         }
     }
@@ -86,6 +89,19 @@ fn first_request(limit: u64, len: Micros) -> Params {
     Params::FixedWindow {
         limit,
         window: Window::FirstRequest(len),
+    }
+}
+
+/// A first-request window of either kind: fixed, or sliding (whole milliseconds).
+fn own_window(sliding: bool, limit: u64, len: Micros) -> Params {
+    if sliding {
+        Params::SlidingWindow {
+            limit,
+            window: len,
+            start: WindowStart::FirstRequest,
+        }
+    } else {
+        first_request(limit, len)
     }
 }
 
@@ -119,6 +135,7 @@ proptest! {
     /// (nothing else happening) and not a microsecond before.
     #[test]
     fn a_keys_own_windows_hold_the_limit(
+        sliding in any::<bool>(),
         limit in 1u64..20,
         len_ms in 1u64..5_000,
         charged in any::<bool>(),
@@ -126,7 +143,7 @@ proptest! {
         steps in steps(),
     ) {
         let len = len_ms * MILLI;
-        let mut key = Key::new(first_request(limit, len));
+        let mut key = Key::new(own_window(sliding, limit, len));
         key.charged = charged;
         let mut now = T0 + first;
         let mut per_window: std::collections::BTreeMap<Micros, u64> = Default::default();
@@ -135,18 +152,22 @@ proptest! {
             now += gap;
             let before = key.clone_state();
             let o = key.call(now, cost);
-            if let Some(s) = key.start(now) {
-                prop_assert!(s <= now && now < s + len, "{now} outside [{s}, {})", s + len);
+            // The window this request counted in, from its reset: [s, s + len) holds now.
+            prop_assert!(o.reset > 0 && o.reset <= len, "reset {}", o.reset);
+            let s = now + o.reset - len;
+            // A window is the key's once a request is counted in it (a peek or a refusal
+            // on a fresh key writes nothing: the next request starts its own).
+            if cost > 0 && (o.allowed || charged) {
+                prop_assert_eq!(key.start(now), Some(s), "the state holds the window's start");
                 if let Some(p) = last_start
                     && p != s
                 {
                     prop_assert!(s >= p + len, "windows overlap: {p} then {s}");
                 }
                 last_start = Some(s);
-                if o.allowed && cost > 0 {
+                if o.allowed {
                     *per_window.entry(s).or_default() += cost;
                 }
-                prop_assert_eq!(o.reset, s + len - now);
             }
             if !o.allowed && cost.max(1) <= limit {
                 let mut probe = Key::new(key.params.clone());
@@ -154,7 +175,9 @@ proptest! {
                 let at = now + o.retry_after;
                 prop_assert!(evaluate(&probe.params, probe.visible(at), &req(at, cost)).allowed);
                 let early = at - 1;
-                prop_assert!(!evaluate(&probe.params, probe.visible(early), &req(early, cost)).allowed);
+                if !sliding {
+                    prop_assert!(!evaluate(&probe.params, probe.visible(early), &req(early, cost)).allowed);
+                }
             }
         }
         for (s, n) in per_window {
@@ -166,13 +189,15 @@ proptest! {
     /// costs, decide alike, and their windows differ by exactly that offset.
     #[test]
     fn windows_move_with_the_first_request(
+        sliding in any::<bool>(),
         limit in 1u64..20,
         len_ms in 1u64..5_000,
         offset in 0u64..100 * SECOND,
         steps in steps(),
     ) {
         let len = len_ms * MILLI;
-        let (mut a, mut b) = (Key::new(first_request(limit, len)), Key::new(first_request(limit, len)));
+        let p = own_window(sliding, limit, len);
+        let (mut a, mut b) = (Key::new(p.clone()), Key::new(p));
         let (mut ta, mut tb) = (T0, T0 + offset);
         for (gap, cost) in steps {
             ta += gap;
@@ -189,18 +214,20 @@ proptest! {
     /// decides as an absent one: every outcome and every window alike.
     #[test]
     fn a_state_past_its_ttl_decides_as_none(
+        sliding in any::<bool>(),
         limit in 1u64..20,
         len_ms in 1u64..5_000,
         steps in steps(),
     ) {
         let len = len_ms * MILLI;
-        let (mut gone, mut kept) = (Key::new(first_request(limit, len)), Key::new(first_request(limit, len)));
+        let p = own_window(sliding, limit, len);
+        let (mut gone, mut kept) = (Key::new(p.clone()), Key::new(p));
         kept.linger = true;
         let mut now = T0;
         for (gap, cost) in steps {
             now += gap;
             prop_assert_eq!(gone.call(now, cost), kept.call(now, cost));
-            prop_assert_eq!(gone.start(now), kept.start(now).filter(|s| now < s + len));
+            prop_assert_eq!(&gone.state, &kept.state);
         }
     }
 

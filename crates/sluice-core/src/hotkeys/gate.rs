@@ -163,9 +163,14 @@ pub fn share_of(params: &Params, daemons: u64) -> Option<Params> {
             limit: part(limit)?,
             window: window.clone(),
         },
-        Params::SlidingWindow { limit, window } => Params::SlidingWindow {
+        Params::SlidingWindow {
+            limit,
+            window,
+            start,
+        } => Params::SlidingWindow {
             limit: part(limit)?,
             window,
+            start,
         },
         Params::SlidingLog { limit, window } => Params::SlidingLog {
             limit: part(limit)?,

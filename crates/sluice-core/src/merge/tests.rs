@@ -19,6 +19,7 @@ fn sliding() -> Params {
     Params::SlidingWindow {
         limit: 1000,
         window: MIN,
+        start: Default::default(),
     }
 }
 

@@ -99,7 +99,7 @@ pub const ALGORITHMS: &[AlgorithmFields] = &[
         kind: Kind::SlidingWindow,
         either: &[],
         required: &["limit", "window"],
-        allowed: &[],
+        allowed: &["window_start"],
     },
     AlgorithmFields {
         kind: Kind::SlidingLog,

@@ -477,10 +477,19 @@ fn params(f: &mut Fields<'_>, kind: Kind, n: Numbers) -> Option<Params> {
                 }
             }
             let (limit, window) = (n.limit?, window?);
+            let start = if n.first_request == Some(true) {
+                crate::algo::WindowStart::FirstRequest
+            } else {
+                crate::algo::WindowStart::Epoch
+            };
             Some(if kind == Kind::SlidingLog {
                 Params::SlidingLog { limit, window }
             } else {
-                Params::SlidingWindow { limit, window }
+                Params::SlidingWindow {
+                    limit,
+                    window,
+                    start,
+                }
             })
         }
         Kind::Concurrency => {
@@ -558,10 +567,7 @@ fn first_request_limits(
     scope: Scope,
     hot_keys: Option<&crate::hotkeys::HotKeys>,
 ) {
-    let Some(Params::FixedWindow { window, .. }) = params else {
-        return;
-    };
-    if !window.per_key() {
+    if !params.is_some_and(Params::per_key_window) {
         return;
     }
     if scope == Scope::Global {

@@ -151,6 +151,7 @@ fn windows_roll_and_expire() {
     let s = Params::SlidingWindow {
         limit: 100,
         window: MIN,
+        start: Default::default(),
     };
     u.observe("s", &s, MIN - 1, ob(60, 60, 10));
     u.observe("s", &s, MIN + 1, ob(1, 1, 10));
@@ -216,6 +217,7 @@ fn what_is_recorded_per_algorithm() {
         Params::SlidingWindow {
             limit: 100,
             window: MIN,
+            start: Default::default(),
         },
     ] {
         assert_eq!(

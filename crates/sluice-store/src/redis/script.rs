@@ -88,7 +88,7 @@ fn push_keys(key: &str, params: &Params, now: Micros, keys: &mut Vec<String>) {
     };
     match params {
         // `window_start: first_request`: the key's own window lives in the key itself.
-        Params::FixedWindow { window, .. } if window.per_key() => keys.push(key.to_string()),
+        p if p.per_key_window() => keys.push(key.to_string()),
         Params::FixedWindow { window, .. } => {
             let (start, _) = window.bounds(now);
             keys.push(suffixed(i128::from(start)));
@@ -191,7 +191,10 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
                 let (s, e) = window.bounds(now);
                 (*limit, window.nominal(), s, e)
             }
-            Params::SlidingWindow { limit, window } => {
+            Params::SlidingWindow { limit, window, .. } if item.params.per_key_window() => {
+                (*limit, *window, 0, 0)
+            }
+            Params::SlidingWindow { limit, window, .. } => {
                 let s = sliding_start(now, *window);
                 (*limit, *window, s, s + window)
             }
@@ -229,8 +232,7 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
 /// `units` above [`sluice_core::algo::MAX_LIMIT`] (as a cost), times above 2^53.
 pub fn encode_give_back(g: &GiveBack) -> Result<ScriptCall, StoreError> {
     // A first-request window is never leased (rule validation refuses it).
-    let per_key = matches!(&g.params, Params::FixedWindow { window, .. } if window.per_key());
-    if !g.params.kind().leasable() || per_key {
+    if !g.params.kind().leasable() || g.params.per_key_window() {
         return Err(crate::not_leasable(g));
     }
     if g.units > sluice_core::algo::MAX_LIMIT {
@@ -249,7 +251,7 @@ pub fn encode_give_back(g: &GiveBack) -> Result<ScriptCall, StoreError> {
             let (s, e) = window.bounds(now);
             (*limit, window.nominal(), s, e, window.bounds(taken_at).0)
         }
-        Params::SlidingWindow { limit, window } => {
+        Params::SlidingWindow { limit, window, .. } => {
             let s = sliding_start(now, *window);
             (
                 *limit,
@@ -466,6 +468,7 @@ mod tests {
         let sw = item(Params::SlidingWindow {
             limit: 1,
             window: 60 * SECOND,
+            start: Default::default(),
         });
         let k = item_keys(&sw, now);
         assert_eq!(k.len(), 2);
@@ -509,6 +512,7 @@ mod tests {
             Params::SlidingWindow {
                 limit: 10,
                 window: 60 * SECOND,
+                start: Default::default(),
             },
             now,
         );

@@ -207,6 +207,7 @@ pub async fn peek_takes_nothing(store: &dyn Store, p: &str) {
     let params = Params::SlidingWindow {
         limit: 3,
         window: 10 * SECOND,
+        start: Default::default(),
     };
     for _ in 0..5 {
         let r = check(store, &call(T0, 0, "r", vec![item(&key, params.clone())])).await;
