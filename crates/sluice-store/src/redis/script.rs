@@ -63,7 +63,8 @@ fn sliding_start(now: Micros, window: Micros) -> Micros {
 /// The Redis keys one item reads and writes at `now`, in the order the script expects.
 ///
 /// A fixed window counts in `<key>:<window start µs>`; a sliding window reads the current
-/// and the previous window's counters; every other algorithm lives in `<key>` itself. All
+/// and the previous window's counters; a window of `window_start: first_request` and every
+/// other algorithm live in `<key>` itself. All
 /// keep the item key's `{identity}` hash tag, so one call stays in one Cluster slot.
 pub fn item_keys(item: &Item, now: Micros) -> Vec<String> {
     let mut keys = Vec::with_capacity(2);
