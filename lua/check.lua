@@ -16,7 +16,9 @@
 --
 -- KEYS: the Redis keys of the call's items, in item order. Every item takes one key, except a
 -- sliding window, which takes two (current window, previous window). All share the
--- `{identity}` hash tag, so the script runs on one Cluster slot.
+-- `{identity}` hash tag, so the script runs on one Cluster slot. A fair share (code 8) takes
+-- two too (the tenant's bucket, then the rule's parent bucket), which share the domain as
+-- hash tag instead, and a ninth number: see `fs_evaluate`.
 --
 -- ARGV: "now cost" or "now cost stale", request_id, then one argument per item:
 --   "code p1 p2 flags rcur rprev wstart wend", space-separated decimal integers, where
@@ -181,9 +183,31 @@ end
 
 local ITEM = '^([1-7]) (%d+) (%d+) ([0-3]) (%d+) (%d+) (%d+) (%d+)$'
 
+-- A fair share's item (code 8) carries a ninth number, borrow_above (`parse_fs`).
+local ITEM_FS = '^8 (%d+) (%d+) ([0-3]) (%d+) (%d+) (%d+) (%d+) (%d+)$'
+
+local function parse_fs(s, i)
+    local p1, p2, fl, rc, rp, ws, we, x = match(s, ITEM_FS)
+    if p1 == nil then
+        badarg('item ' .. i .. ' is not "8 p1 p2 flags rcur rprev wstart wend borrow_above"')
+    end
+    p1, p2, rc, rp, ws, we, x = p1 + 0, p2 + 0, rc + 0, rp + 0, ws + 0, we + 0, x + 0
+    if p1 > MAX_EXACT or p2 > MAX_EXACT or rc > MAX_EXACT or rp > MAX_EXACT
+        or ws > MAX_EXACT or we > MAX_EXACT or x > MAX_EXACT then
+        badarg('item ' .. i .. ' holds a number above 2^53')
+    end
+    if p1 == 0 or p2 == 0 or rc == 0 or rp == 0 or ws == 0 or we == 0 then
+        badarg('item ' .. i .. ' has a zero parameter')
+    end
+    return 8, p1, p2, fl + 0, rc, rp, ws, we, x
+end
+
 -- One item's argument as numbers: code, p1, p2, flags, rcur, rprev, wstart, wend. One
 -- pattern match checks every digit.
 local function parse_item(s, i)
+    if find(s or '', '^8 ') then
+        return parse_fs(s, i)
+    end
     local c, p1, p2, fl, rc, rp, ws, we = match(s or '', ITEM)
     if c == nil then
         badarg('item ' .. i .. ' is not "code p1 p2 flags rcur rprev wstart wend"')
@@ -983,6 +1007,83 @@ local function lq_take(it, st, now, cost)
     put_string(it.key, fmt(tat), tat - now)
 end
 
+---------------------------------------------------------------------------------------------
+-- fair share (code 8, core: algo::fair_share): a tenant's bucket (the item's first key)
+-- inside a parent bucket shared by every tenant of the rule (its second key), both stored as
+-- region-scope token buckets. p1, p2, wstart = the parent's units per µs, burst, units per
+-- token; rcur, rprev, wend = the child's (a fair share is never global, so the remote
+-- fields are free); x = borrow_above, the tokens borrowing leaves in the parent.
+
+local function fs_levels(it, st, now)
+    local c = tb_current(it.rcur, it.wend, it.rprev, st[1], now, 0, 0)
+    local p = tb_current(it.p1, it.wstart, it.p2, st[2], now, 0, 0)
+    return c, p
+end
+
+-- core: fair_share::path_at. 1 borrowed (the parent only), 2 guaranteed (both), 0 refused.
+local function fs_path(it, c, p, probe)
+    local ps, cs = it.wstart, it.wend
+    if probe + it.x <= it.p2 and p >= (probe + it.x) * ps then
+        return 1
+    end
+    if probe <= it.rprev and probe <= it.p2 and p >= probe * ps and c >= probe * cs then
+        return 2
+    end
+    return 0
+end
+
+-- core: fair_share::remaining
+local function fs_remaining(it, c, p)
+    local borrow = sat(idiv(p, it.wstart) - it.x)
+    local own = min(idiv(c, it.wend), idiv(p, it.wstart))
+    return max(borrow, own)
+end
+
+local function fs_evaluate(it, st, now, cost)
+    local c, p = fs_levels(it, st, now)
+    local ps, cs, pu, cu, burst = it.wstart, it.wend, it.p1, it.rcur, it.p2
+    local cap = burst * ps
+    local window = ceil_div(cap, pu)
+    local probe = max(cost, 1)
+    local path = fs_path(it, c, p, probe)
+    if path == 0 then
+        local borrow, own
+        if probe + it.x <= burst then
+            borrow = ceil_div(sat((probe + it.x) * ps - p), pu)
+        end
+        if probe <= it.rprev and probe <= burst then
+            own = max(ceil_div(sat(probe * cs - c), cu), ceil_div(sat(probe * ps - p), pu))
+        end
+        local retry = window
+        if borrow and own then
+            retry = min(borrow, own)
+        elseif borrow or own then
+            retry = borrow or own
+        end
+        local rem = fs_remaining(it, c, p)
+        return { false, burst, rem, ceil_div(cap - p, pu), retry, window, burst - min(rem, burst), 0 }
+    end
+    local c2, p2 = c, p - cost * ps
+    if path == 2 then
+        c2 = c - cost * cs
+    end
+    local rem = fs_remaining(it, c2, p2)
+    return { true, burst, rem, ceil_div(cap - p2, pu), 0, window, burst - min(rem, burst), 0 }
+end
+
+-- Borrowing takes from the parent only; the guaranteed path and a charged refusal from both.
+local function fs_take(it, st, now, cost)
+    local c, p = fs_levels(it, st, now)
+    local child_cost = cost
+    if fs_path(it, c, p, max(cost, 1)) == 1 then
+        child_cost = 0
+    end
+    tb_take({ key = it.key, p1 = it.rcur, p2 = it.rprev, wstart = it.wend, rcur = 0, rprev = 0 },
+        st[1], now, child_cost)
+    tb_take({ key = it.parent_key, p1 = it.p1, p2 = it.p2, wstart = it.wstart, rcur = 0, rprev = 0 },
+        st[2], now, cost)
+end
+
 -- core: algo::remote_news. A shared bucket whose state lags the remote figure writes the
 -- drained state even when it takes nothing, so the drain outlives its own refill schedule.
 local function remote_news(it, st)
@@ -1019,7 +1120,7 @@ local function run_call(kb, ab, na)
     local items = {}
     local ki = 1
     for i = 1, n do
-        local code, p1, p2, fl, rc, rp, ws, we = parse_item(ARGV[ab + 2 + i], i)
+        local code, p1, p2, fl, rc, rp, ws, we, x = parse_item(ARGV[ab + 2 + i], i)
         local key = KEYS[kb + ki]
         if key == nil then
             badarg('fewer KEYS than items need')
@@ -1041,6 +1142,14 @@ local function run_call(kb, ab, na)
             key = key,
         }
         ki = ki + 1
+        if code == 8 then
+            it.x = x
+            it.parent_key = KEYS[kb + ki]
+            if it.parent_key == nil then
+                badarg('fewer KEYS than items need')
+            end
+            ki = ki + 1
+        end
         if code == 4 and we > 0 then
             it.prev_key = KEYS[kb + ki]
             if it.prev_key == nil then
@@ -1057,6 +1166,13 @@ local function run_call(kb, ab, na)
         local st, e
         if it.code == 1 then
             st, e = tb_load(it.key, it.ki)
+        elseif it.code == 8 then
+            local c, p
+            c, e = tb_load(it.key, it.ki)
+            if not e then
+                p, e = tb_load(it.parent_key, it.ki + 1)
+            end
+            st = { c, p }
         elseif it.code == 2 then
             st, e = gcra_load(it.key, it.ki)
         elseif it.code == 3 and it.wend == 0 then
@@ -1091,6 +1207,8 @@ local function run_call(kb, ab, na)
         local st = states[i]
         if it.code == 1 then
             o = tb_evaluate(it, st, now, cost)
+        elseif it.code == 8 then
+            o = fs_evaluate(it, st, now, cost)
         elseif it.code == 2 then
             o = gcra_evaluate(it, st, now, cost)
         elseif it.code == 3 and it.wend == 0 then
@@ -1146,6 +1264,8 @@ local function run_call(kb, ab, na)
         if charge then
             if it.code == 1 then
                 tb_take(it, st, now, cost)
+            elseif it.code == 8 then
+                fs_take(it, st, now, cost)
             elseif it.code == 2 then
                 gcra_take(it, st, now, cost)
             elseif it.code == 3 and it.wend == 0 then

@@ -384,6 +384,13 @@ pub fn describe(p: &Params) -> String {
             }
         }
         Params::Concurrency { limit, .. } => format!("{limit} concurrent"),
+        Params::FairShare(fs) => format!(
+            "{}, fair shares",
+            describe(&Params::TokenBucket {
+                rate: fs.rate,
+                burst: fs.burst
+            })
+        ),
         other => format!("limit {} per {}", other.limit(), span(other.window())),
     }
 }

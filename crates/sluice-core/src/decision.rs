@@ -284,7 +284,10 @@ pub fn plan_into<'a>(
         // One call per identity, cost and store: a store call reaches one store.
         let c = match calls[..used].iter().position(|c| {
             let first = &applied[c.rules[0]];
-            c.call.cost == a_cost && first.identity == a.identity && first.store == a.store
+            c.call.cost == a_cost
+                && first.identity == a.identity
+                && first.store == a.store
+                && fair_share(first) == fair_share(a)
         }) {
             Some(c) => c,
             None => {
@@ -339,6 +342,12 @@ pub fn plan_into<'a>(
     }
 }
 
+/// Whether a rule counts as a fair share: its keys live on the domain's hash tag, not the
+/// identity's, so it never shares a call with the identity's other rules.
+fn fair_share(a: &Applied<'_>) -> bool {
+    matches!(a.params.as_ref(), Params::FairShare(_))
+}
+
 /// Scales a rule's numbers for a per-daemon local bucket (`permille` of the original, at
 /// least 1).
 pub fn scale(params: &Params, permille: u64) -> Params {
@@ -355,6 +364,15 @@ pub fn scale(params: &Params, permille: u64) -> Params {
         | Params::Concurrency { limit, .. } => *limit = s(*limit),
         // The same spacing: a daemon's own queue at its share of the rate.
         Params::LeakyQueue { rate, .. } => *rate = rate.with_tokens(s).unwrap_or(*rate),
+        // The parent scaled, its reserve and the tenant's bucket with it.
+        Params::FairShare(fs) => {
+            fs.rate = fs.rate.with_tokens(s).unwrap_or(fs.rate);
+            fs.burst = s(fs.burst);
+            fs.borrow_above = s(fs.borrow_above).min(fs.burst - 1);
+            if let Ok(scaled) = fs.with_share(fs.share) {
+                *fs = scaled;
+            }
+        }
     }
     p
 }
@@ -552,6 +570,8 @@ fn bucket_rate(params: &Params) -> Option<(u64, u64)> {
         Params::TokenBucket { rate, .. } | Params::Gcra { rate, .. } => {
             Some(rate.per_whole_seconds())
         }
+        // The parent's: the rule's numbers as written.
+        Params::FairShare(fs) => Some(fs.rate.per_whole_seconds()),
         _ => None,
     }
 }

@@ -99,6 +99,40 @@ pub fn store_key_with_tail(out: &mut String, identity: &str, tail: &str) {
     out.push_str(tail);
 }
 
+/// The key of tenant `identity`'s own bucket under a `fair_share` rule:
+/// `sl:{<domain>}:t:<rule id>|<identity>`. Why the domain as hash tag: the parent
+/// ([`fair_share_parent`]) is shared by every tenant of the rule and must be in the same
+/// Redis Cluster slot (and memory-store shard) as each child, so one atomic call reads and
+/// writes both. `|` cannot occur in a rule id, so [`parse`] still finds the rule.
+pub fn fair_share_key_into(out: &mut String, identity: &str, rule_id: &str) {
+    out.clear();
+    out.push_str("sl:{");
+    out.push_str(escaped_domain(identity));
+    out.push_str("}:");
+    out.push(code(Kind::TokenBucket));
+    out.push(':');
+    out.push_str(rule_id);
+    out.push('|');
+    out.push_str(identity);
+}
+
+/// [`fair_share_key_into`] into a new string.
+pub fn fair_share_key(identity: &str, rule_id: &str) -> String {
+    let mut k = String::with_capacity(identity.len() * 2 + rule_id.len() + 8);
+    fair_share_key_into(&mut k, identity, rule_id);
+    k
+}
+
+/// The parent bucket's key of a `fair_share` child key: the child's up to its `|`,
+/// `sl:{<domain>}:t:<rule id>`, the rule's key with no identity fields (one per rule).
+pub fn fair_share_parent(child_key: &str) -> &str {
+    let tail_start = child_key.find("}:").map_or(0, |i| i + 2);
+    match child_key[tail_start..].find('|') {
+        Some(i) => &child_key[..tail_start + i],
+        None => child_key,
+    }
+}
+
 /// Marks a sub-count's part in its identity (`|#<part>`).
 const PART: &str = "|#";
 
@@ -219,7 +253,12 @@ pub fn parse(key: &str) -> Option<KeyParts<'_>> {
         return None;
     }
     let kind = kind_of_code(b[0])?;
-    let rule = &tail[2..];
+    // A fair share's child key carries the tenant after the rule id (`fair_share_key`).
+    let rule = tail[2..].split_once('|').map_or(&tail[2..], |(r, _)| r);
+    if rule.is_empty() {
+        return None;
+    }
+
     Some(KeyParts {
         identity,
         kind,

@@ -288,6 +288,18 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
         } else {
             crate::keys::store_key_into(&mut a.key, &a.identity, &r.id, a.params.kind());
         }
+        if let Params::FairShare(fs) = &r.params {
+            // This tenant's share of the parent, and its key beside the parent's.
+            let share = fs
+                .shares
+                .share(fs.shares.by.as_deref().and_then(|b| d.get(b)));
+            if share != fs.share
+                && let Ok(f) = fs.with_share(share)
+            {
+                a.params = Cow::Owned(Params::FairShare(f));
+            }
+            crate::keys::fair_share_key_into(&mut a.key, &a.identity, &r.id);
+        }
         applied.push(i);
         n += 1;
     }

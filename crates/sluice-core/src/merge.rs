@@ -92,6 +92,8 @@ pub fn figure_window(params: &Params, now: Micros) -> Option<FigureWindow> {
             cumulative: true,
         }),
         Params::SlidingLog { .. } | Params::Concurrency { .. } | Params::LeakyQueue { .. } => None,
+        // Region scope only (`scope: global` is refused for it).
+        Params::FairShare(_) => None,
     }
 }
 
@@ -129,6 +131,7 @@ fn reported_window(params: &Params, start: Micros, now: Micros) -> Option<Figure
                 .map(|fw| FigureWindow { start, ..fw })
         }
         Params::SlidingLog { .. } | Params::Concurrency { .. } | Params::LeakyQueue { .. } => None,
+        Params::FairShare(_) => None,
     }
 }
 
@@ -306,7 +309,8 @@ impl RemoteCounts {
             | Params::Gcra { .. }
             | Params::SlidingLog { .. }
             | Params::Concurrency { .. }
-            | Params::LeakyQueue { .. } => Remote::default(),
+            | Params::LeakyQueue { .. }
+            | Params::FairShare(_) => Remote::default(),
         }
     }
 

@@ -99,6 +99,12 @@ pub fn measure_window(params: &Params, now: Micros) -> (Micros, Micros, u64) {
             let (s, e) = aligned(*timeout);
             (s, e, *limit)
         }
+        // A tenant may borrow the whole parent: the parent's bucket bounds it.
+        Params::FairShare(fs) => {
+            let len = params.window();
+            let (s, e) = aligned(len);
+            (s, e, fs.burst + fs.rate.tokens_in(len))
+        }
         // Decided in a period: the rate's departures plus a full queue's worth waiting.
         Params::LeakyQueue { rate, .. } => {
             let (s, e) = aligned(rate.per());

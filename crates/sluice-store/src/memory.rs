@@ -176,6 +176,26 @@ impl Table {
     }
 }
 
+/// A fair share item's state: its tenant's bucket under `key` and the parent under
+/// [`sluice_core::keys::fair_share_parent`], both token buckets, read in the one shard their
+/// hash tag (the domain) picks, so one lock covers both.
+fn fair_share_state(map: &Table, key: &str, now: Micros) -> Result<State, StoreError> {
+    let half = |k: &str| match map.get(k.as_bytes()) {
+        Some(e) if e.expires > now => match &e.state {
+            st @ State::TokenBucket { .. } => Ok(Some(Box::new(st.clone()))),
+            other => Err(StoreError::Corrupt {
+                key: k.to_string(),
+                detail: format!("holds {} state, rule is a fair share", other.kind().name()),
+            }),
+        },
+        _ => Ok(None),
+    };
+    Ok(State::FairShare {
+        child: half(key)?,
+        parent: half(sluice_core::keys::fair_share_parent(key))?,
+    })
+}
+
 /// Sharded map from key to state with expiry and a key bound.
 #[derive(Debug)]
 pub struct MemoryStore {
@@ -275,6 +295,10 @@ impl MemoryStore {
         let now = call.now;
         states.clear();
         for item in &call.items {
+            if let algo::Params::FairShare(_) = item.params {
+                states.push(Some(fair_share_state(map, &item.key, now)?));
+                continue;
+            }
             let st = match map.get(item.key.as_bytes()) {
                 Some(e) if e.expires > now => {
                     if e.state.kind() != item.params.kind() {
@@ -295,6 +319,30 @@ impl MemoryStore {
         }
         let result = apply_into(call, states, writes);
         for (item, w) in call.items.iter().zip(writes.drain(..)) {
+            if let (
+                algo::Params::FairShare(fs),
+                Write::Put(State::FairShare { child, parent }, _),
+            ) = (&item.params, &w)
+            {
+                // Each half under its own key, with its own TTL (the parent is every tenant's).
+                let parent_key = sluice_core::keys::fair_share_parent(&item.key);
+                for (key, half, is_parent) in
+                    [(&item.key[..], child, false), (parent_key, parent, true)]
+                {
+                    let Some(half) = half else { continue };
+                    let ttl = algo::fair_share::half_ttl(fs, half, is_parent, now);
+                    if ttl == 0 {
+                        map.remove(key.as_bytes());
+                    } else {
+                        let e = Entry {
+                            state: (**half).clone(),
+                            expires: now + ttl,
+                        };
+                        self.insert(map, key, e, now);
+                    }
+                }
+                continue;
+            }
             if let Write::Put(state, ttl) = w {
                 if ttl == 0 {
                     map.remove(item.key.as_bytes());

@@ -187,6 +187,8 @@ fn alg_of(p: &Params) -> Alg {
         Params::Concurrency { .. } => Alg::Cc,
         // Its own sequences: differential_shaping.rs.
         Params::LeakyQueue { .. } => unreachable!("this test generates no leaky queue"),
+        // Its own sequences: differential_fair_share.rs.
+        Params::FairShare(_) => unreachable!("this test generates no fair share"),
     }
 }
 
@@ -235,6 +237,7 @@ fn stored_vs_model(
     };
     match &item.params {
         Params::LeakyQueue { .. } => unreachable!("this test generates no leaky queue"),
+        Params::FairShare(_) => unreachable!("this test generates no fair share"),
         Params::TokenBucket { .. } => (
             get(conn, &keys[0]).map(|v| {
                 State::decode(sluice_core::algo::Kind::TokenBucket, &v).expect("tb state")

@@ -10,6 +10,7 @@
 
 mod calendar;
 mod concurrency;
+pub mod fair_share;
 mod fixed_window;
 mod gcra;
 mod give_back;
@@ -21,6 +22,7 @@ mod state;
 mod token_bucket;
 
 pub use calendar::{Calendar, CalendarUnit};
+pub use fair_share::{FairShare, Path, SHARE_SCALE, Shares};
 pub use fixed_window::key_bounds;
 pub use give_back::{GiveBackReq, give_back};
 pub use leaky_queue::without_waiting;
@@ -153,6 +155,9 @@ pub enum Params {
         /// The longest wait a request is admitted with.
         max_delay: Micros,
     },
+    /// A token bucket (the parent's numbers) with a child bucket per tenant inside it
+    /// (`fair_share`): one backend's capacity shared by weight ([`fair_share`]).
+    FairShare(FairShare),
 }
 
 /// Which algorithm, as named in the rule format and in store keys.
@@ -200,6 +205,8 @@ impl Params {
             Params::SlidingLog { .. } => Kind::SlidingLog,
             Params::Concurrency { .. } => Kind::Concurrency,
             Params::LeakyQueue { .. } => Kind::LeakyQueue,
+            // Its two buckets are token buckets, stored as such.
+            Params::FairShare(_) => Kind::TokenBucket,
         }
     }
 
@@ -223,6 +230,7 @@ impl Params {
             | Params::SlidingLog { limit, .. }
             | Params::Concurrency { limit, .. } => limit,
             Params::LeakyQueue { rate, max_delay } => leaky_queue::capacity(rate, max_delay),
+            Params::FairShare(ref fs) => fs.burst,
         }
     }
 
@@ -235,6 +243,7 @@ impl Params {
             Params::SlidingWindow { window, .. } | Params::SlidingLog { window, .. } => *window,
             Params::Concurrency { timeout, .. } => *timeout,
             Params::LeakyQueue { rate, .. } => rate.per(),
+            Params::FairShare(fs) => token_bucket::full_period(fs.rate, fs.burst),
         }
     }
 }
@@ -425,6 +434,7 @@ pub fn evaluate(params: &Params, state: Option<&State>, req: &Request<'_>) -> Ou
         Params::LeakyQueue { rate, max_delay } => {
             leaky_queue::evaluate(*rate, *max_delay, state, req)
         }
+        Params::FairShare(fs) => fair_share::evaluate(fs, state, req),
     }
 }
 
@@ -446,6 +456,7 @@ pub fn take(params: &Params, state: Option<&State>, req: &Request<'_>) -> (State
         Params::SlidingLog { limit, window } => sliding_log::take(*limit, *window, state, req),
         Params::Concurrency { limit: _, timeout } => concurrency::take(*timeout, state, req),
         Params::LeakyQueue { rate, max_delay } => leaky_queue::take(*rate, *max_delay, state, req),
+        Params::FairShare(fs) => fair_share::take(fs, state, req),
     }
 }
 

@@ -102,6 +102,8 @@ proptest! {
     fn never_admits_more_than_the_definition(p in params(), s in steps()) {
         let admitted = run(&p, &s);
         match &p {
+            // Not generated here: its properties are in `fair_share_proptests`.
+            Params::FairShare(_) => {}
             // Not generated here: its properties are in `leaky_queue_proptests`.
             Params::LeakyQueue { .. } => {}
             Params::TokenBucket { rate: r, burst: b } | Params::Gcra { rate: r, burst: b } => {

@@ -69,6 +69,14 @@ pub enum State {
         /// Epoch microseconds; the queue is empty once `now` reaches it.
         tat: Micros,
     },
+    /// A fair share's two token buckets, read from their two keys for one evaluation and
+    /// written back to them (`algo::fair_share`); `None`: that key is absent (full).
+    FairShare {
+        /// The tenant's own bucket.
+        child: Option<Box<State>>,
+        /// The parent bucket, shared by every tenant of the rule.
+        parent: Option<Box<State>>,
+    },
 }
 
 /// Why bytes did not decode into a state.
@@ -92,6 +100,7 @@ impl State {
             State::SlidingLog { .. } => Kind::SlidingLog,
             State::Concurrency { .. } => Kind::Concurrency,
             State::LeakyQueue { .. } => Kind::LeakyQueue,
+            State::FairShare { .. } => Kind::TokenBucket,
         }
     }
 
@@ -162,6 +171,12 @@ impl State {
                 .collect::<Vec<_>>()
                 .join(" "),
             State::LeakyQueue { tat } => tat.to_string(),
+            // Never stored whole: each half is a token bucket under its own key. Written
+            // "child / parent" for tests and logs, `-` for an absent half.
+            State::FairShare { child, parent } => {
+                let half = |h: &Option<Box<State>>| h.as_ref().map_or("-".into(), |s| s.encode());
+                format!("{} / {}", half(child), half(parent))
+            }
         }
     }
 

@@ -178,6 +178,9 @@ pub fn share_of(params: &Params, daemons: u64) -> Option<Params> {
         },
         // A share of a shaping queue would let each daemon's share out at its own spacing.
         Params::Concurrency { .. } | Params::LeakyQueue { .. } => return None,
+        // Never gated (validation refuses it): a daemon's share of a parent would not know
+        // the other daemons' tenants.
+        Params::FairShare(_) => return None,
     })
 }
 

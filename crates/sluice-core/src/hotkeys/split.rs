@@ -60,6 +60,8 @@ pub fn sub_params(params: &Params, part: u32, of: u32) -> Params {
         | Params::Concurrency { limit, .. } => *limit = s(*limit),
         // Never split: validation refuses it (`split_refusal`).
         Params::LeakyQueue { .. } => {}
+        // Never split (validation refuses it): the parent is one count by definition.
+        Params::FairShare(_) => {}
     }
     p
 }

@@ -16,6 +16,7 @@ pub const ALGORITHM_FIELDS: &[&str] = &[
     "window_start",
     "timeout",
     "max_delay",
+    "fair_share",
 ];
 
 /// One algorithm's fields: what a rule of it must give and what it may give; every other
@@ -81,7 +82,7 @@ pub const ALGORITHMS: &[AlgorithmFields] = &[
         kind: Kind::TokenBucket,
         either: BUCKET_RATE,
         required: &["burst"],
-        allowed: &[],
+        allowed: &["fair_share"],
     },
     AlgorithmFields {
         kind: Kind::Gcra,
@@ -137,6 +138,7 @@ mod tests {
             // `epoch`, the default: it goes with every other field (first_request does not
             // go with calendar_tz).
             "window_start" => json!("epoch"),
+            "fair_share" => json!(0.5),
             "timeout" | "max_delay" => json!("1s"),
             other => panic!("no sample for {other}"),
         }

@@ -12,6 +12,7 @@
 
 mod algorithms;
 mod cost;
+mod fair_share;
 mod fields;
 mod matchers;
 mod overrides;
@@ -186,6 +187,8 @@ impl Override {
             | Params::SlidingLog { limit, .. }
             | Params::Concurrency { limit, .. } => *limit = self.limit.unwrap_or(*limit),
             Params::LeakyQueue { rate, .. } => *rate = self.rate.unwrap_or(*rate),
+            // Validation refuses numbers for it: the parent is every tenant's, not one's.
+            Params::FairShare(_) => {}
         }
         p
     }

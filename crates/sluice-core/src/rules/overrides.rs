@@ -91,6 +91,13 @@ pub(super) fn override_(
     } else if numbers {
         match target {
             None if rule_id.is_none() => f.bad("rule", "new numbers need the rule they replace"),
+            Some(r) if matches!(r.params, Params::FairShare(_)) => f.bad(
+                "rule",
+                format!(
+                    "rule {} has a fair_share: its rate and burst are the parent's, shared by every tenant, so one identity cannot change them (give the tenant a larger share instead)",
+                    r.id
+                ),
+            ),
             Some(r) => {
                 let fields = AlgorithmFields::of(r.params.kind());
                 let given = [

@@ -201,6 +201,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     };
 
     let hot_keys_v = f.take("hot_keys");
+    let fair_share_v = f.take("fair_share");
 
     let numbers = Numbers {
         rate_per_s,
@@ -212,6 +213,7 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
         first_request: window_start,
         timeout,
         max_delay,
+        fair_share: fair_share_v.is_some(),
     };
     let params = match algorithm.as_deref() {
         Some(name) => match AlgorithmFields::by_name(name) {
@@ -255,8 +257,23 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     if params.as_ref().map(Params::kind) == Some(Kind::LeakyQueue) {
         leaky_queue_limits(&mut f, scope, charge_rejected);
     }
+    let params = match fair_share_v {
+        Some(v) => super::fair_share::fair_share(&mut f, v, params, scope, valid_field),
+        None => params,
+    };
     let hot_keys =
         crate::hotkeys::config::block(&mut f, hot_keys_v, params.as_ref(), charge_rejected);
+    if matches!(params, Some(Params::FairShare(_)))
+        && let Some(what) = hot_keys
+            .as_ref()
+            .and_then(super::fair_share::hot_keys_refusal)
+    {
+        f.bad(
+            "hot_keys",
+            format!("{what} is not possible with fair_share: a tenant's bucket and the parent are checked together in one store call, and {what} would decide from one of them in the daemon (the deny cache stays on)"),
+        );
+    }
+
     let store = f.string("store", false);
     if let Some(m) = store.as_deref().and_then(crate::stores::name_problem) {
         f.bad("store", m);
@@ -404,6 +421,8 @@ struct Numbers {
     first_request: Option<bool>,
     timeout: Option<Span>,
     max_delay: Option<Span>,
+    /// `fair_share` was given (read on its own: [`super::fair_share`]).
+    fair_share: bool,
 }
 
 impl Numbers {
@@ -419,6 +438,7 @@ impl Numbers {
             "timeout" => self.timeout.is_some(),
             "window_start" => self.first_request.is_some(),
             "max_delay" => self.max_delay.is_some(),
+            "fair_share" => self.fair_share,
             _ => false,
         }
     }

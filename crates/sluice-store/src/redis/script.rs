@@ -100,6 +100,11 @@ fn push_keys(key: &str, params: &Params, now: Micros, keys: &mut Vec<String>) {
             keys.push(suffixed(i128::from(start)));
             keys.push(suffixed(i128::from(start) - i128::from(*window)));
         }
+        // The tenant's bucket, then the parent's: one hash tag (the domain), one slot.
+        Params::FairShare(_) => {
+            keys.push(key.to_string());
+            keys.push(sluice_core::keys::fair_share_parent(key).to_string());
+        }
         _ => keys.push(key.to_string()),
     }
 }
@@ -179,6 +184,10 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
     args.push(call.request_id.clone());
     for item in &call.items {
         push_item_keys(item, now, &mut keys);
+        if let Params::FairShare(fs) = &item.params {
+            args.push(fair_share_arg(fs, item)?);
+            continue;
+        }
         let (p1, p2, wstart, wend) = match &item.params {
             // The rate as the core counts it: units a µs and units a token (check.lua's
             // argument format 2), the emission interval for GCRA.
@@ -204,6 +213,8 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
             // The spacing as the core counts it (`Rate::interval`), the longest wait, and the
             // rate's period (the outcome's window).
             Params::LeakyQueue { rate, max_delay } => (rate.interval(), *max_delay, rate.per(), 0),
+            // Encoded above (`fair_share_arg`).
+            Params::FairShare(_) => continue,
         };
         let flags = u64::from(item.enforce) + 2 * u64::from(item.charge_rejected);
         args.push(joined(
@@ -221,6 +232,25 @@ pub fn encode_check(call: &Call) -> Result<ScriptCall, StoreError> {
         ));
     }
     Ok(ScriptCall { keys, args })
+}
+
+/// A fair share's item argument (check.lua's code 8): the parent's units a µs, burst and
+/// units a token in p1, p2 and wstart, the child's in rcur, rprev and wend (a fair share is
+/// region scope, so the remote fields are free), and `borrow_above` as a ninth number.
+fn fair_share_arg(fs: &sluice_core::algo::FairShare, item: &Item) -> Result<String, StoreError> {
+    let flags = u64::from(item.enforce) + 2 * u64::from(item.charge_rejected);
+    let nums = [
+        8,
+        exact("parameter", fs.rate.units())?,
+        exact("parameter", fs.burst)?,
+        flags,
+        exact("parameter", fs.child_rate.units())?,
+        exact("parameter", fs.child_burst)?,
+        exact("parameter", fs.rate.scale())?,
+        exact("parameter", fs.child_rate.scale())?,
+        exact("parameter", fs.borrow_above)?,
+    ];
+    Ok(joined(&nums, 72))
 }
 
 /// Encodes a give-back for `lua/give_back.lua`: KEYS is the one key holding the state at
@@ -262,7 +292,10 @@ pub fn encode_give_back(g: &GiveBack) -> Result<ScriptCall, StoreError> {
                 sliding_start(taken_at, *window),
             )
         }
-        Params::SlidingLog { .. } | Params::Concurrency { .. } | Params::LeakyQueue { .. } => {
+        Params::SlidingLog { .. }
+        | Params::Concurrency { .. }
+        | Params::LeakyQueue { .. }
+        | Params::FairShare(_) => {
             return Err(crate::not_leasable(g));
         }
     };
