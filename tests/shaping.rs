@@ -9,7 +9,9 @@
 //! second holds more than the rate plus one. The excess is refused, with a retry time.
 
 use serde_json::{Value, json};
+use sluice_proto::sluice::v1::limiter_client::LimiterClient;
 use sluice_testkit::{RedisServer, http_request};
+use sluice_tests::common::load::{channel, check_request, grpc_runtime};
 use sluice_tests::common::node::start;
 use sluice_tests::common::serial;
 use std::net::SocketAddr;
@@ -138,4 +140,23 @@ fn two_daemons_let_requests_out_at_the_rate() {
     );
     assert_eq!(admitted + refused, sent);
     assert!(refused >= sent / 2, "{refused} of {sent} refused");
+
+    // The gRPC answer carries the delay too: a fresh key's second request waits one interval
+    // (less the sub-millisecond between the two decisions, rounded up).
+    let rt = grpc_runtime();
+    let delays: Vec<u64> = rt.block_on(async {
+        let mut client = LimiterClient::new(channel(b.grpc).await);
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let r = client
+                .check(check_request("sms", "grpc-sender"))
+                .await
+                .expect("a gRPC check");
+            assert!(r.get_ref().allowed);
+            out.push(r.get_ref().delay_ms);
+        }
+        out
+    });
+    assert_eq!(delays[0], 0);
+    assert!((1..=INTERVAL_US / 1_000).contains(&delays[1]), "{delays:?}");
 }

@@ -129,6 +129,9 @@ pub struct FileConfig {
     pub shutdown_timeout_s: u64,
     /// The edge guard (refusal memory on, flood bucket off by default).
     pub edge: EdgeFile,
+    /// The longest the gateway holds a request a shaping rule admitted with a delay, ms
+    /// (default 5000); past it the request is answered 429 (`sluice_tower::Config::max_wait`).
+    pub max_wait_ms: u64,
 }
 
 impl Default for FileConfig {
@@ -147,6 +150,7 @@ impl Default for FileConfig {
             metrics_addr: None,
             shutdown_timeout_s: 10,
             edge: EdgeFile::default(),
+            max_wait_ms: 5_000,
         }
     }
 }
@@ -265,6 +269,7 @@ impl Settings {
             Some(FloodFile { rate_per_s, burst }) => Some(FloodLimit { rate_per_s, burst }),
             None => None,
         };
+        c.max_wait = Duration::from_millis(f.max_wait_ms);
         Ok(c)
     }
 }
@@ -272,6 +277,18 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_wait_bounds_how_long_a_shaped_request_is_held() {
+        let layer = |text: &str| {
+            let f = FileConfig::parse(text).expect("parses");
+            let s = Settings::new("http://127.0.0.1:9000", "127.0.0.1:8081", f).expect("valid");
+            s.layer_config().expect("valid")
+        };
+        assert_eq!(layer("domain: api\n").max_wait, Duration::from_secs(5));
+        let c = layer("domain: api\nmax_wait_ms: 250\n");
+        assert_eq!(c.max_wait, Duration::from_millis(250));
+    }
 
     #[test]
     fn a_file_sets_the_layer() {
