@@ -608,8 +608,15 @@ rules:
         let first = s.engine.check("sms", json(), 1).await.expect("a check");
         assert!(first.decision.allowed());
         // One minute apart, less the time since the first departure: Envoy took only that one.
-        assert!((1..=60_000).contains(&first.decision.delay_ms), "{:?}", first.decision);
-        assert_eq!(ask(&s, envoy()).await.overall_code, RlsCode::OverLimit as i32);
+        assert!(
+            (1..=60_000).contains(&first.decision.delay_ms),
+            "{:?}",
+            first.decision
+        );
+        assert_eq!(
+            ask(&s, envoy()).await.overall_code,
+            RlsCode::OverLimit as i32
+        );
         let second = s.engine.check("sms", json(), 1).await.expect("a check");
         let d = second.decision.delay_ms;
         assert!((60_001..=120_000).contains(&d), "{:?}", second.decision);
