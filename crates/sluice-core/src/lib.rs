@@ -8,7 +8,8 @@
 //! # Layout
 //!
 //! - [`time`]: microsecond time and durations of the rule format.
-//! - [`algo`]: the six algorithms as `evaluate` / `take` pairs over explicit state.
+//! - [`algo`]: the seven algorithms (the shaping queue the seventh) as `evaluate` / `take`
+//!   pairs over explicit state.
 //! - [`batch`]: one identity's rules checked together, taken together (the store contract).
 //! - [`breaker`]: the per-shard circuit breaker state machine.
 //! - [`guard`]: around each store call: send or not, what its ending counts as, when local
