@@ -359,7 +359,7 @@ fn malformed_arguments_answer_badarg_and_write_nothing() {
         (
             "unknown code",
             vec!["sl:{ba}:k"],
-            vec![header.clone(), "r".into(), good.replacen('3', "7", 1)],
+            vec![header.clone(), "r".into(), good.replacen('3', "9", 1)],
         ),
         (
             "negative limit",
