@@ -12,13 +12,11 @@
 //! span` is exact; the floors and the bands around each share leave 20% for a loaded
 //! machine's stalls (a stall longer than the reserve's refill, 0.5 s here, loses refill).
 
-mod common;
-
-use common::load::{Load, channel, grpc_runtime};
-use common::node::{Node, start};
-use common::{HANG, serial};
 use sluice_proto::sluice::v1::{CheckRequest, limiter_client::LimiterClient};
 use sluice_testkit::RedisServer;
+use sluice_tests::common::load::{Load, channel, grpc_runtime};
+use sluice_tests::common::node::{Node, start};
+use sluice_tests::common::{HANG, serial};
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
