@@ -20,16 +20,16 @@
 
 mod common;
 
+use common::script::{run_script, seeds, ttl_matches};
 use common::{load, redis, script_loaded};
 use redis::Value;
 use sluice_core::algo::{Calendar, CalendarUnit, Rate, UNLABELLED, Window};
-use sluice_core::batch::{Call, CallResult, GiveBack, Item, Write, apply};
+use sluice_core::batch::{Call, GiveBack, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
 use sluice_rng::Rng;
 use sluice_store::redis::{
-    CHECK_SCRIPT, GIVE_BACK_SCRIPT, decode_check, decode_give_back, encode_check, encode_give_back,
-    item_keys, script_sha,
+    CHECK_SCRIPT, GIVE_BACK_SCRIPT, decode_give_back, encode_give_back, item_keys, script_sha,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,10 +52,6 @@ const ALL: [Alg; 7] = [
     Alg::Sl,
     Alg::Cc,
 ];
-/// How far below the expected figure a PTTL read may be (real time passing, a loaded machine).
-const TTL_SLACK_MS: i64 = 250;
-/// The lateness every TTL of an unbounded call or a give-back covers (the scripts' own).
-const UNBOUNDED_LATE: Micros = SECOND;
 /// The algorithms whose core clamps a clock that steps back (max with the stored time).
 const CLAMPED: [Alg; 4] = [Alg::Tb, Alg::Gcra, Alg::Sl, Alg::Cc];
 
@@ -422,35 +418,6 @@ fn tally_kept(tally: &mut Tally, params: &Params, st: &State, ttl: Micros) {
     }
 }
 
-/// Runs one call through the script (in MULTI/EXEC with PTTL and PERSIST of its keys) and
-/// returns the decoded result and the PTTL of each key.
-fn run_script(conn: &mut redis::Connection, sha: &str, call: &Call) -> (CallResult, Vec<i64>) {
-    let enc = encode_check(call).expect("encodable call");
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    pipe.cmd("EVALSHA")
-        .arg(sha)
-        .arg(enc.keys.len())
-        .arg(&enc.keys)
-        .arg(&enc.args);
-    for k in &enc.keys {
-        pipe.cmd("PTTL").arg(k);
-    }
-    for k in &enc.keys {
-        pipe.cmd("PERSIST").arg(k).ignore();
-    }
-    let vals: Vec<Value> = pipe.query(conn).expect("MULTI/EXEC with the script");
-    let result = decode_check(call, &vals[0]).expect("a well-formed reply");
-    let pttls = vals[1..]
-        .iter()
-        .map(|v| match v {
-            Value::Int(n) => *n,
-            other => panic!("PTTL answered {other:?}"),
-        })
-        .collect();
-    (result, pttls)
-}
-
 /// Runs one give-back through `give_back.lua` (in MULTI/EXEC with PTTL and PERSIST of its
 /// key, as `run_script`) and returns whether it wrote and the key's PTTL.
 fn run_give_back(conn: &mut redis::Connection, sha: &str, g: &GiveBack) -> (bool, i64) {
@@ -472,21 +439,6 @@ fn run_give_back(conn: &mut redis::Connection, sha: &str, g: &GiveBack) -> (bool
         other => panic!("PTTL answered {other:?}"),
     };
     (wrote, pttl)
-}
-
-/// A PTTL read after a write against the core's TTL: the TTL plus the second of lateness
-/// an unbounded call's key covers (tests/late_calls.rs), in ms, rounded up; a state that
-/// carries nothing (TTL 0) is deleted.
-fn ttl_matches(pttl: i64, ttl: Micros) -> bool {
-    if ttl == 0 {
-        return pttl == -2;
-    }
-    // The script caps the sum at 2^53 - 1, as it caps every figure it must hold exactly.
-    let expected = ttl
-        .saturating_add(UNBOUNDED_LATE)
-        .min((1 << 53) - 1)
-        .div_ceil(MILLI) as i64;
-    pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0)
 }
 
 /// Units a give-back returns: mostly a lease's size, sometimes more than was ever taken,
@@ -776,13 +728,6 @@ fn run_sequence(
         }
     }
     tally.sequences += 1;
-}
-
-fn seeds(base: u64, n: u64) -> Vec<u64> {
-    match std::env::var("SLUICE_DIFF_SEED") {
-        Ok(s) => vec![s.parse().expect("SLUICE_DIFF_SEED is a number")],
-        Err(_) => (0..n).map(|i| base + i).collect(),
-    }
 }
 
 /// `rate: 10/1m, burst: 10` on both buckets: ten at once, then one every 6 s exactly, the

@@ -13,24 +13,19 @@
 
 mod common;
 
+use common::script::{run_script, stored, ttl_matches};
 use common::{redis, script_loaded};
-use redis::Value;
 use sluice_core::algo::fair_share::{self, FairShare, SHARE_SCALE, Shares};
-use sluice_core::algo::{Path, Rate};
-use sluice_core::batch::{Call, CallResult, Item, Write, apply};
+use sluice_core::algo::{Kind, Path, Rate};
+use sluice_core::batch::{Call, Item, Write, apply};
 use sluice_core::keys::{fair_share_key, fair_share_parent};
 use sluice_core::time::{MILLI, SECOND};
-use sluice_core::{Micros, Params, Remote, State};
+use sluice_core::{Params, Remote, State};
 use sluice_rng::Rng;
 use sluice_store::memory::MemoryStore;
-use sluice_store::redis::{decode_check, encode_check};
+use sluice_store::redis::encode_check;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// How far below the expected figure a PTTL read may be (real time passing, a loaded machine).
-const TTL_SLACK_MS: i64 = 250;
-/// The lateness every TTL of an unbounded call covers (the script's own).
-const UNBOUNDED_LATE: Micros = SECOND;
 
 /// What the sequences went through, so a run that never reached a case fails.
 #[derive(Default, Debug)]
@@ -85,54 +80,6 @@ fn rule(rng: &mut Rng) -> Vec<(String, Params)> {
             (format!("api|tenant=k{i}"), Params::FairShare(fs))
         })
         .collect()
-}
-
-fn run_script(conn: &mut redis::Connection, sha: &str, call: &Call) -> (CallResult, Vec<i64>) {
-    let enc = encode_check(call).expect("encodable call");
-    assert_eq!(
-        enc.keys.len(),
-        2,
-        "a fair share's call reads two keys: {enc:?}"
-    );
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    pipe.cmd("EVALSHA")
-        .arg(sha)
-        .arg(enc.keys.len())
-        .arg(&enc.keys)
-        .arg(&enc.args);
-    for k in &enc.keys {
-        pipe.cmd("PTTL").arg(k);
-    }
-    for k in &enc.keys {
-        pipe.cmd("PERSIST").arg(k).ignore();
-    }
-    let vals: Vec<Value> = pipe.query(conn).expect("MULTI/EXEC with the script");
-    let result = decode_check(call, &vals[0]).expect("a well-formed reply");
-    let pttls = vals[1..]
-        .iter()
-        .map(|v| match v {
-            Value::Int(n) => *n,
-            other => panic!("PTTL answered {other:?}"),
-        })
-        .collect();
-    (result, pttls)
-}
-
-fn ttl_matches(pttl: i64, ttl: Micros) -> bool {
-    if ttl == 0 {
-        return pttl == -2;
-    }
-    let expected = (ttl + UNBOUNDED_LATE).div_ceil(MILLI) as i64;
-    pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0)
-}
-
-/// The state Redis holds under `key`, as the core's token bucket state.
-fn stored(conn: &mut redis::Connection, key: &str) -> Option<State> {
-    let v: Option<String> = redis::cmd("GET").arg(key).query(conn).expect("GET");
-    v.map(|v| {
-        State::decode(sluice_core::algo::Kind::TokenBucket, &v).expect("a token bucket state")
-    })
 }
 
 fn sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut Tally) {
@@ -210,10 +157,20 @@ fn sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut Tall
                 if ttl == 0 {
                     tally.deleted += 1;
                     model.remove(key.as_str());
-                    assert_eq!(stored(conn, key), None, "{key} deleted, {}", ctx(i));
+                    assert_eq!(
+                        stored(conn, key, Kind::TokenBucket),
+                        None,
+                        "{key} deleted, {}",
+                        ctx(i)
+                    );
                 } else {
                     model.insert(key.clone(), half.clone());
-                    assert_eq!(stored(conn, key).as_ref(), Some(half), "{key}, {}", ctx(i));
+                    assert_eq!(
+                        stored(conn, key, Kind::TokenBucket).as_ref(),
+                        Some(half),
+                        "{key}, {}",
+                        ctx(i)
+                    );
                 }
             }
         }

@@ -16,64 +16,17 @@
 
 mod common;
 
+use common::script::{run_script, seeds, stored, ttl_matches};
 use common::{redis, script_loaded};
-use redis::Value;
 use sluice_core::algo::{Kind, Rate};
-use sluice_core::batch::{Call, CallResult, Item, Write, apply};
+use sluice_core::batch::{Call, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
 use sluice_rng::Rng;
-use sluice_store::redis::{decode_check, encode_check, item_keys};
-
-/// The second of lateness every TTL of an unbounded call covers (the script's own).
-const UNBOUNDED_LATE: Micros = SECOND;
-/// How far below the expected figure a PTTL read may be (real time passing).
-const TTL_SLACK_MS: i64 = 250;
+use sluice_store::redis::item_keys;
 
 fn shaped(p: &Params) -> bool {
     matches!(p, Params::LeakyQueue { .. })
-}
-
-/// Runs one call through the script in MULTI/EXEC with PTTL and PERSIST of its keys.
-fn run_script(conn: &mut redis::Connection, sha: &str, call: &Call) -> (CallResult, Vec<i64>) {
-    let enc = encode_check(call).expect("encodable call");
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    pipe.cmd("EVALSHA")
-        .arg(sha)
-        .arg(enc.keys.len())
-        .arg(&enc.keys)
-        .arg(&enc.args);
-    for k in &enc.keys {
-        pipe.cmd("PTTL").arg(k);
-    }
-    for k in &enc.keys {
-        pipe.cmd("PERSIST").arg(k).ignore();
-    }
-    let vals: Vec<Value> = pipe.query(conn).expect("MULTI/EXEC with the script");
-    let result = decode_check(call, &vals[0]).expect("a well-formed reply");
-    let pttls = vals[1..]
-        .iter()
-        .map(|v| match v {
-            Value::Int(n) => *n,
-            other => panic!("PTTL answered {other:?}"),
-        })
-        .collect();
-    (result, pttls)
-}
-
-fn ttl_matches(pttl: i64, ttl: Micros) -> bool {
-    if ttl == 0 {
-        return pttl == -2;
-    }
-    let expected = (ttl + UNBOUNDED_LATE).div_ceil(MILLI) as i64;
-    pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0)
-}
-
-/// What Redis holds under a queue's key, decoded as the core's state.
-fn stored(conn: &mut redis::Connection, key: &str) -> Option<State> {
-    let v: Option<String> = redis::cmd("GET").arg(key).query(conn).expect("GET");
-    v.map(|v| State::decode(Kind::LeakyQueue, &v).expect("\"tat\""))
 }
 
 #[derive(Default, Debug)]
@@ -218,7 +171,7 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
                 continue;
             }
             assert_eq!(
-                stored(conn, &item.key),
+                stored(conn, &item.key, Kind::LeakyQueue),
                 states[i],
                 "stored state of {}: {}",
                 item.key,
@@ -237,13 +190,6 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
         }
         tally.calls += 1;
         tally.refused += u64::from(!want.allowed);
-    }
-}
-
-fn seeds(base: u64, n: u64) -> Vec<u64> {
-    match std::env::var("SLUICE_DIFF_SEED") {
-        Ok(s) => vec![s.parse().expect("SLUICE_DIFF_SEED is a number")],
-        Err(_) => (0..n).map(|i| base + i).collect(),
     }
 }
 
@@ -313,7 +259,7 @@ fn delays_refusal_and_an_emptied_queue_alike() {
             );
             *state = Some(st.clone());
         }
-        assert_eq!(stored(conn, &key), *state, "at {now}");
+        assert_eq!(stored(conn, &key, Kind::LeakyQueue), *state, "at {now}");
         got.outcomes[0]
     };
     // 201 single departures fit: delays 0, 10 ms, ..., 2 s.
@@ -326,12 +272,16 @@ fn delays_refusal_and_an_emptied_queue_alike() {
     let o = step(&mut conn, &mut state, t0, 3);
     assert!(!o.allowed);
     assert_eq!(o.retry_after, 10 * MILLI, "until the wait is back to 2 s");
-    assert_eq!(stored(&mut conn, &key), held, "a refusal moves nothing");
+    assert_eq!(
+        stored(&mut conn, &key, Kind::LeakyQueue),
+        held,
+        "a refusal moves nothing"
+    );
     // Cost 3 once it fits: it waits 2 s and holds three intervals.
     let o = step(&mut conn, &mut state, t0 + 10 * MILLI, 3);
     assert!(o.allowed && o.delay() == 2 * SECOND);
     assert_eq!(
-        stored(&mut conn, &key),
+        stored(&mut conn, &key, Kind::LeakyQueue),
         Some(State::LeakyQueue {
             tat: t0 + 2_040 * MILLI
         })

@@ -17,19 +17,15 @@
 
 mod common;
 
+use common::script::{run_script, seeds, stored, ttl_matches};
 use common::{redis, script_loaded, sync_conn};
 use redis::Value;
 use sluice_core::algo::{Kind, Rate, Window, WindowStart};
-use sluice_core::batch::{Call, CallResult, Item, Write, apply};
+use sluice_core::batch::{Call, Item, Write, apply};
 use sluice_core::time::{MILLI, SECOND};
 use sluice_core::{Micros, Params, Remote, State};
 use sluice_rng::Rng;
-use sluice_store::redis::{decode_check, encode_check, item_keys};
-
-/// The second of lateness every TTL of an unbounded call covers (the script's own).
-const UNBOUNDED_LATE: Micros = SECOND;
-/// How far below the expected figure a PTTL read may be (real time passing).
-const TTL_SLACK_MS: i64 = 250;
+use sluice_store::redis::{encode_check, item_keys};
 
 fn first_request(limit: u64, len: Micros) -> Params {
     Params::FixedWindow {
@@ -48,53 +44,6 @@ fn sliding_first_request(limit: u64, len: Micros) -> Params {
 
 fn per_key(p: &Params) -> bool {
     p.per_key_window()
-}
-
-/// Runs one call through the script in MULTI/EXEC with PTTL and PERSIST of its keys.
-fn run_script(conn: &mut redis::Connection, sha: &str, call: &Call) -> (CallResult, Vec<i64>) {
-    let enc = encode_check(call).expect("encodable call");
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    pipe.cmd("EVALSHA")
-        .arg(sha)
-        .arg(enc.keys.len())
-        .arg(&enc.keys)
-        .arg(&enc.args);
-    for k in &enc.keys {
-        pipe.cmd("PTTL").arg(k);
-    }
-    for k in &enc.keys {
-        pipe.cmd("PERSIST").arg(k).ignore();
-    }
-    let vals: Vec<Value> = pipe.query(conn).expect("MULTI/EXEC with the script");
-    let result = decode_check(call, &vals[0]).expect("a well-formed reply");
-    let pttls = vals[1..]
-        .iter()
-        .map(|v| match v {
-            Value::Int(n) => *n,
-            other => panic!("PTTL answered {other:?}"),
-        })
-        .collect();
-    (result, pttls)
-}
-
-fn ttl_matches(pttl: i64, ttl: Micros) -> bool {
-    if ttl == 0 {
-        return pttl == -2;
-    }
-    let expected = (ttl + UNBOUNDED_LATE).div_ceil(MILLI) as i64;
-    pttl <= expected && pttl >= (expected - TTL_SLACK_MS).max(0)
-}
-
-/// What Redis holds under a first-request window's key, decoded as the core's state of
-/// `kind` ("start count", "start cur prev").
-fn stored_as(conn: &mut redis::Connection, key: &str, kind: Kind) -> Option<State> {
-    let v: Option<String> = redis::cmd("GET").arg(key).query(conn).expect("GET");
-    v.map(|v| State::decode(kind, &v).expect("a first-request window's state"))
-}
-
-fn stored(conn: &mut redis::Connection, key: &str) -> Option<State> {
-    stored_as(conn, key, Kind::FixedWindow)
 }
 
 /// The start of a first-request window's state.
@@ -286,7 +235,7 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
                     "a first-request window lives under the rule key itself"
                 );
                 assert_eq!(
-                    stored_as(conn, &item.key, item.params.kind()),
+                    stored(conn, &item.key, item.params.kind()),
                     states[i],
                     "stored state of {}: {}",
                     item.key,
@@ -302,13 +251,6 @@ fn run_sequence(conn: &mut redis::Connection, sha: &str, seed: u64, tally: &mut 
         }
         tally.calls += 1;
         tally.refused += u64::from(!want.allowed);
-    }
-}
-
-fn seeds(base: u64, n: u64) -> Vec<u64> {
-    match std::env::var("SLUICE_DIFF_SEED") {
-        Ok(s) => vec![s.parse().expect("SLUICE_DIFF_SEED is a number")],
-        Err(_) => (0..n).map(|i| base + i).collect(),
     }
 }
 
@@ -372,7 +314,7 @@ fn refused_then_a_new_window_then_expiry_alike() {
         if let Write::Put(st, _) = &writes[0] {
             *state = Some(st.clone());
         }
-        assert_eq!(stored(conn, &key), *state, "at {now}");
+        assert_eq!(stored(conn, &key, Kind::FixedWindow), *state, "at {now}");
         got.outcomes[0]
     };
     assert!(step(&mut conn, &mut state, t0, 2).allowed);
@@ -386,7 +328,7 @@ fn refused_then_a_new_window_then_expiry_alike() {
     let o = step(&mut conn, &mut state, t0 + len, 3);
     assert!(o.allowed && o.remaining == 2 && o.reset == len);
     assert_eq!(
-        stored(&mut conn, &key),
+        stored(&mut conn, &key, Kind::FixedWindow),
         Some(State::FixedWindow {
             start: t0 + len,
             count: 3
@@ -417,7 +359,7 @@ fn refused_then_a_new_window_then_expiry_alike() {
     let o = step(&mut conn, &mut state, later, 1);
     assert!(o.allowed && o.reset == len && o.remaining == 4);
     assert_eq!(
-        stored(&mut conn, &key),
+        stored(&mut conn, &key, Kind::FixedWindow),
         Some(State::FixedWindow {
             start: later,
             count: 1

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod script;
 
 use sluice_store::redis::RedisConfig;
 use sluice_testkit::RedisServer;
