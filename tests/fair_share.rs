@@ -12,12 +12,12 @@
 //! span` is exact; the floors and the bands around each share leave 20% for a loaded
 //! machine's stalls (a stall longer than the reserve's refill, 0.5 s here, loses refill).
 
-use sluice_proto::sluice::v1::{CheckRequest, limiter_client::LimiterClient};
+use sluice_proto::sluice::v1::CheckRequest;
 use sluice_testkit::RedisServer;
-use sluice_tests::common::load::{Load, channel, grpc_runtime};
+use sluice_tests::common::load::{Load, channel, grpc_runtime, paced_requests};
 use sluice_tests::common::node::{Node, start};
-use sluice_tests::common::{HANG, serial};
-use std::time::{Duration, Instant};
+use sluice_tests::common::serial;
+use std::time::Duration;
 use tonic::transport::Channel;
 
 const RATE: f64 = 60.0;
@@ -51,40 +51,7 @@ fn request(tenant: &str, tier: &str) -> CheckRequest {
 async fn offer(chans: Vec<Channel>, tenant: &str, tier: &str, per_s: f64, run: Duration) -> Load {
     const TASKS: usize = 4;
     let period = Duration::from_secs_f64(TASKS as f64 / per_s);
-    let start = tokio::time::Instant::now();
-    let end = Instant::now() + run;
-    let mut handles = Vec::new();
-    for t in 0..TASKS {
-        let mut client = LimiterClient::new(chans[t % chans.len()].clone());
-        let req = request(tenant, tier);
-        let first = start + period.mul_f64(t as f64 / TASKS as f64);
-        handles.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval_at(first, period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            let mut load = Load::default();
-            loop {
-                tick.tick().await;
-                let sent = Instant::now();
-                if sent >= end {
-                    break;
-                }
-                load.first_sent.get_or_insert(sent);
-                load.requests += 1;
-                match tokio::time::timeout(HANG, client.check(req.clone())).await {
-                    Ok(Ok(r)) if r.get_ref().allowed => load.allowed += 1,
-                    Ok(Ok(_)) => load.denied += 1,
-                    _ => load.errors += 1,
-                }
-                load.last_answered = Some(Instant::now());
-            }
-            load
-        }));
-    }
-    let mut total = Load::default();
-    for h in handles {
-        total.add(&h.await.expect("load task"));
-    }
-    total
+    paced_requests(chans, request(tenant, tier), TASKS, period, run).await
 }
 
 fn redis() -> RedisServer {

@@ -91,12 +91,23 @@ pub async fn paced(
     period: Duration,
     run: Duration,
 ) -> Load {
+    paced_requests(chans, check_request(&domain, &user), tasks, period, run).await
+}
+
+/// [`paced`] sending `req` (any descriptors) instead of one user's check.
+pub async fn paced_requests(
+    chans: Vec<Channel>,
+    req: CheckRequest,
+    tasks: usize,
+    period: Duration,
+    run: Duration,
+) -> Load {
     let start = tokio::time::Instant::now();
     let end = Instant::now() + run;
     let mut handles = Vec::new();
     for t in 0..tasks {
         let mut client = LimiterClient::new(chans[t % chans.len()].clone());
-        let (domain, user) = (domain.clone(), user.clone());
+        let req = req.clone();
         // Staggered over the period, so the load is even rather than bursts of `tasks`.
         let first = start + period.mul_f64(t as f64 / tasks as f64);
         handles.push(tokio::spawn(async move {
@@ -111,8 +122,7 @@ pub async fn paced(
                 }
                 load.first_sent.get_or_insert(sent);
                 load.requests += 1;
-                match tokio::time::timeout(HANG, client.check(check_request(&domain, &user))).await
-                {
+                match tokio::time::timeout(HANG, client.check(req.clone())).await {
                     Ok(Ok(r)) if r.get_ref().allowed => load.allowed += 1,
                     Ok(Ok(_)) => load.denied += 1,
                     _ => load.errors += 1,
