@@ -29,6 +29,7 @@
 //! - [`hotkeys`]: what a daemon answers itself for hot keys (deny cache, token leasing).
 //! - [`hash`]: the stable hash behind rollout and key splitting.
 //! - [`keys`]: store keys, made and parsed in one place.
+//! - [`pick`]: a number picked by a descriptor's value (a rule's cost, a fair share's table).
 //! - [`stores`]: which named counter store an applied rule counts in (`store:`).
 
 pub mod algo;
@@ -45,6 +46,7 @@ pub mod keys;
 pub mod liveness;
 pub mod matching;
 pub mod merge;
+pub mod pick;
 pub mod relay;
 pub mod rules;
 pub mod ship;

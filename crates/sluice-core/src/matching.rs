@@ -292,7 +292,7 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
             // This tenant's share of the parent, and its key beside the parent's.
             let share = fs
                 .shares
-                .share(fs.shares.by.as_deref().and_then(|b| d.get(b)));
+                .pick(fs.shares.by.as_deref().and_then(|b| d.get(b)));
             if share != fs.share
                 && let Ok(f) = fs.with_share(share)
             {

@@ -26,26 +26,9 @@ use std::sync::Arc;
 /// Shares are whole parts per million of the parent: `0.25` is 250,000.
 pub const SHARE_SCALE: u64 = 1_000_000;
 
-/// A rule's share table: the tenant's share picked by a descriptor's value (a plan, a tier),
-/// the same `{by, values, default}` shape as a rule's cost.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Shares {
-    /// The descriptor whose value picks the share (`None`: `default` for every tenant).
-    pub by: Option<String>,
-    /// Shares in parts per million by the descriptor's value, as written.
-    pub values: Vec<(String, u64)>,
-    /// The share when the descriptor is absent or its value is not listed.
-    pub default: u64,
-}
-
-impl Shares {
-    /// The share for a tenant whose `by` descriptor has `value` (`None`: not carried).
-    pub fn share(&self, value: Option<&str>) -> u64 {
-        value
-            .and_then(|v| self.values.iter().find(|(k, _)| k == v))
-            .map_or(self.default, |(_, s)| *s)
-    }
-}
+/// A rule's share table: the tenant's share (parts per million) picked by a descriptor's
+/// value (a plan, a tier), the same `{by, values, default}` shape as a rule's cost.
+pub type Shares = crate::pick::ByValue;
 
 /// A fair share's numbers: the parent's, the borrowing threshold, and the child bucket of
 /// one tenant's share (resolved per request, [`FairShare::with_share`]).

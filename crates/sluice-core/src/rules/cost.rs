@@ -7,32 +7,7 @@ use crate::algo::MAX_LIMIT;
 use serde_json::Value;
 
 /// A rule's cost factor for a request: `values[descriptor]`, else `default`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Cost {
-    /// The descriptor whose value picks the factor (`None`: `default` for every request).
-    pub by: Option<String>,
-    /// Factors by the descriptor's value, in the order written.
-    pub values: Vec<(String, u64)>,
-    /// The factor when the descriptor is absent or its value is not listed.
-    pub default: u64,
-}
-
-impl Cost {
-    /// The factor for a request whose `by` descriptor has `value` (`None`: not carried).
-    pub fn factor(&self, value: Option<&str>) -> u64 {
-        value
-            .and_then(|v| self.values.iter().find(|(k, _)| k == v))
-            .map_or(self.default, |(_, n)| *n)
-    }
-
-    /// The largest factor any request can get.
-    pub fn max_factor(&self) -> u64 {
-        self.values
-            .iter()
-            .map(|(_, n)| *n)
-            .fold(self.default, u64::max)
-    }
-}
+pub type Cost = crate::pick::ByValue;
 
 /// The units a request takes from a rule: the caller's `cost` times the rule's factor, or
 /// `None` past [`MAX_LIMIT`] (the largest number a rule holds, and far below what wraps or
@@ -158,15 +133,15 @@ mod tests {
         .expect("valid");
         let c = r.cost.expect("a cost");
         assert_eq!(c.by.as_deref(), Some("route"));
-        assert_eq!(c.factor(Some("GET /v1/export")), 25);
-        assert_eq!(c.factor(Some("GET /v1/other")), 2);
-        assert_eq!(c.factor(None), 2);
-        assert_eq!(c.max_factor(), 25);
+        assert_eq!(c.pick(Some("GET /v1/export")), 25);
+        assert_eq!(c.pick(Some("GET /v1/other")), 2);
+        assert_eq!(c.pick(None), 2);
+        assert_eq!(c.max(), 25);
         let one = rule_with("{ by: method, values: { POST: 3 } }").expect("valid");
         assert_eq!(one.cost.expect("a cost").default, 1, "default is 1");
         let flat = rule_with("4").expect("valid").cost.expect("a cost");
         assert_eq!(
-            (flat.by.clone(), flat.factor(Some("x")), flat.factor(None)),
+            (flat.by.clone(), flat.pick(Some("x")), flat.pick(None)),
             (None, 4, 4)
         );
         assert_eq!(rule_with("null").expect("valid").cost, None);

@@ -224,8 +224,8 @@ mod tests {
             panic!("{:?}", r.params)
         };
         assert_eq!((fs.burst, fs.borrow_above), (60, 30));
-        assert_eq!(fs.shares.share(Some("gold")), SHARE_SCALE / 2);
-        assert_eq!(fs.shares.share(Some("iron")), SHARE_SCALE / 10);
+        assert_eq!(fs.shares.pick(Some("gold")), SHARE_SCALE / 2);
+        assert_eq!(fs.shares.pick(Some("iron")), SHARE_SCALE / 10);
         assert_eq!(
             (fs.share, fs.child_burst, fs.child_rate.tokens()),
             (100_000, 6, 6)

@@ -147,7 +147,7 @@ impl Rule {
     pub fn cost_factor(&self, d: &crate::matching::Descriptors) -> u64 {
         match &self.cost {
             None => 1,
-            Some(c) => c.factor(c.by.as_deref().and_then(|b| d.get(b))),
+            Some(c) => c.pick(c.by.as_deref().and_then(|b| d.get(b))),
         }
     }
 }
