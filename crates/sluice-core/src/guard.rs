@@ -188,25 +188,33 @@ pub fn answer(
     }
 }
 
-/// What an admitted request journals: `(key, window, units)` of each quota-sized fixed
-/// window ([`QUOTA_WINDOW`] or longer) whose store call failed, so the total survives the
-/// outage; `units` is its call's cost (the caller's `cost` times the rule's cost factor).
-/// Nothing for a refusal or a zero-cost check: neither took anything.
+/// What an admitted request journals: `(store, key, window, units)` of each quota-sized
+/// fixed window ([`QUOTA_WINDOW`] or longer) whose store call failed, so the total survives
+/// the outage; `store` is the named store the call went to (`None`: the main one,
+/// [`Plan::store_of`]) and `units` its cost (the caller's `cost` times the rule's cost
+/// factor). Nothing for a refusal or a zero-cost check: neither took anything.
 pub fn journaled<'p>(
     p: &'p Plan<'_>,
     answers: &'p [Answer],
     decision: &Decision,
     cost: u64,
-) -> impl Iterator<Item = (&'p str, &'p Window, u64)> {
+) -> impl Iterator<Item = (Option<&'p str>, &'p str, &'p Window, u64)> {
     let admitted = decision.allowed() && cost > 0;
     p.calls
         .iter()
         .zip(answers)
-        .filter(move |(_, ans)| admitted && matches!(ans, Answer::Failed { .. }))
-        .flat_map(|(pc, _)| pc.call.items.iter().map(|item| (item, pc.call.cost)))
-        .filter_map(|(item, units)| match &item.params {
+        .enumerate()
+        .filter(move |(_, (_, ans))| admitted && matches!(ans, Answer::Failed { .. }))
+        .flat_map(move |(i, (pc, _))| {
+            let store = p.store_of(i);
+            pc.call
+                .items
+                .iter()
+                .map(move |item| (store, item, pc.call.cost))
+        })
+        .filter_map(|(store, item, units)| match &item.params {
             Params::FixedWindow { window, .. } if window.nominal() >= QUOTA_WINDOW => {
-                Some((item.key.as_str(), window, units))
+                Some((store, item.key.as_str(), window, units))
             }
             _ => None,
         })

@@ -449,12 +449,10 @@ impl Engine {
             u.observe(&p, &answers, now);
         }
         if self.journal.is_some() {
-            for (key, window, units) in sluice_core::guard::journaled(&p, &answers, &decision, cost)
+            for (store, key, window, units) in
+                sluice_core::guard::journaled(&p, &answers, &decision, cost)
             {
                 // Into the journal of the store the key's call went to.
-                let store = (0..p.calls.len())
-                    .find(|&i| p.calls[i].call.items.iter().any(|it| it.key == key))
-                    .and_then(|i| p.store_of(i));
                 let Some(j) = self.target(store).and_then(|t| t.journal) else {
                     continue;
                 };

@@ -235,7 +235,7 @@ fn journaled_are_the_admitted_quota_windows_whose_call_failed() {
     let keys = |answers: &[Answer], cost| -> Vec<(String, Micros)> {
         let dec = p.decide(1, answers);
         journaled(&p, answers, &dec, cost)
-            .map(|(k, w, units)| {
+            .map(|(_, k, w, units)| {
                 assert_eq!(units, cost, "no cost factors: the caller's cost");
                 (k.to_string(), w.nominal())
             })
