@@ -23,13 +23,15 @@
 //!   order.
 //! - [`traffic`]: arrival processes, key popularity, moving clients.
 //! - [`metrics`]: ground truth (an exact global limiter per counter) and counters.
-//! - [`report`]: the measures, as a table, JSON and CSV.
+//! - [`report`]: the measures, as a table, JSON and CSV; [`per_store`]: the figures per
+//!   store of a scenario with named stores.
 //! - [`svg`]: the plots.
 //! - [`rng`], [`fx`]: a pinned PRNG and a fixed-seed hasher, for byte-identical reruns.
 
 pub mod engine;
 pub mod fx;
 pub mod metrics;
+pub mod per_store;
 pub mod report;
 pub mod rng;
 pub mod scenario;

@@ -268,6 +268,8 @@ pub struct Metrics {
     pub local_answers: u64,
     /// Store calls lost in failovers.
     pub lost_writes: u64,
+    /// Per store slot (the main store, then the named ones): the engine's counters of it.
+    pub stores: Vec<crate::per_store::StoreCounters>,
     /// Per rule: what the hot-key layer did (the engine counts these).
     pub hot: Vec<HotRule>,
     /// Per rule, per simulated second (of the requests' arrival): requests and the store
@@ -423,6 +425,7 @@ impl Metrics {
             journaled: 0,
             local_answers: 0,
             lost_writes: 0,
+            stores: Vec::new(),
             hot: vec![HotRule::default(); rules],
             calls_per_s: vec![Vec::new(); rules],
             layer: Stats::default(),
@@ -505,6 +508,7 @@ impl Metrics {
         self.journaled += o.journaled;
         self.local_answers += o.local_answers;
         self.lost_writes += o.lost_writes;
+        crate::per_store::add_counts(&mut self.stores, &o.stores);
         for (a, b) in self.hot.iter_mut().zip(&o.hot) {
             a.requests += b.requests;
             a.store_calls += b.store_calls;

@@ -302,6 +302,10 @@ pub struct Report {
     pub local_answers: u64,
     /// Store calls lost in failovers.
     pub lost_writes: u64,
+    /// Per store, the main one (`default`) first, when the scenario has named stores (left
+    /// out otherwise: reports of runs without them stay as they were).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stores: Vec<crate::per_store::StoreReport>,
     /// Gossip.
     pub gossip: GossipReport,
     /// The hot-key layers.
@@ -511,6 +515,7 @@ pub fn build(
         journaled: m.journaled,
         local_answers: m.local_answers,
         lost_writes: m.lost_writes,
+        stores: crate::per_store::reports(sc, m),
         hot_keys: HotKeysReport {
             deny_hits: m.layer.deny_hits,
             deny_inserts: m.layer.deny_inserts,
@@ -893,6 +898,7 @@ pub fn table(r: &Report) -> String {
         thousands(r.journaled),
         thousands(r.lost_writes),
     );
+    crate::per_store::table(&r.stores, &mut out);
     let _ = writeln!(
         out,
         "requests: {} admitted · {} denied · {} unavailable · {} lost in flight",

@@ -362,7 +362,10 @@ pub fn event_marks(sc: &Scenario) -> Vec<(f64, String)> {
                 Event::RegionUp(r, _) => format!("{} up", sc.regions[*r]),
                 Event::Partition(_) => "partition".into(),
                 Event::Heal => "heal".into(),
-                Event::StoreFailover(r, _) => format!("{} store failover", sc.regions[*r]),
+                Event::StoreFailover(r, 0, _) => format!("{} store failover", sc.regions[*r]),
+                Event::StoreFailover(r, slot, _) => {
+                    format!("{} {} store failover", sc.regions[*r], sc.store_name(*slot))
+                }
                 Event::DaemonDown(r, d, _) => format!("{} daemon {d} down", sc.regions[*r]),
                 Event::SetShip(iv, th) => {
                     let mut s = String::from("ship");

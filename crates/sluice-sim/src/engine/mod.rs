@@ -67,6 +67,7 @@ pub use gossip::{GossipCounters, HopCounters};
 pub use heal::HealTrack;
 
 use crate::metrics::{Metrics, TruthIndex};
+use crate::per_store::StoreCounters;
 use crate::report::{self, Report};
 use crate::rng::Rng;
 use crate::scenario::{Delivery, Scenario, Shippers};
@@ -74,7 +75,7 @@ use crate::traffic::Generator;
 use events::{Ev, Queued};
 use gossip::Shipping;
 use observer::{BATCH, Observer, Pipe, observe_all};
-use region::{Region, Replica};
+use region::{Region, RegionStore, Replica};
 use request::Exec;
 use sluice_core::Micros;
 use sluice_core::decision::{Answer, Decision, Plan};
@@ -143,7 +144,8 @@ pub struct Sim<'a> {
     /// push and pop per request, on a heap of every timer and delivery in flight); the loop
     /// merges them by `(at, seq)`, which is the order the heap would give.
     arrivals: Vec<Option<(Micros, u64)>>,
-    /// Store calls in flight, per region, in execution order.
+    /// Store calls in flight, per region and store slot (`r * slots + s`, the FIFO of the
+    /// request's last store to execute its call), in execution order.
     execs: Vec<VecDeque<Exec<'a>>>,
     seq: u64,
     now: Micros,
@@ -185,6 +187,20 @@ const STREAM_TRAFFIC: u64 = 1 << 32;
 const STREAM_LATENCY: u64 = 2 << 32;
 const STREAM_PHASE: u64 = 3 << 32;
 const STREAM_LINK: u64 = 4 << 32;
+const STREAM_NAMED_LATENCY: u64 = 6 << 32;
+
+/// The latency stream of store slot `s` of region `r`: the main store's is the one it always
+/// was (runs without named stores draw as before); a named store's is its own, so adding one
+/// moves no other draw.
+fn latency_rng(seed: u64, r: usize, s: usize) -> Rng {
+    match s {
+        0 => Rng::stream(seed, STREAM_LATENCY + r as u64),
+        s => Rng::stream(
+            seed,
+            STREAM_NAMED_LATENCY + (r * (crate::scenario::MAX_NAMED_STORES + 1) + s) as u64,
+        ),
+    }
+}
 
 /// The hasher seed of a store's or a daemon's maps, drawn from the run's seed: which keys a
 /// full store evicts depends on the map's order, so it must be the same on every rerun.
@@ -197,19 +213,27 @@ impl<'a> Sim<'a> {
     pub fn new(sc: &'a Scenario, seed: u64) -> Sim<'a> {
         let domain = sc.domain();
         let n = sc.regions.len();
+        let slots = sc.store_slots();
         let regions = (0..n)
             .map(|r| Region {
                 up: true,
-                store: MemoryStore::with_seed(sc.store.max_keys, store_seed(seed)),
-                replica: sc.replica_lag[r].map(|lag| Replica {
-                    store: MemoryStore::with_seed(sc.store.max_keys, store_seed(seed)),
-                    lag,
-                    queue: VecDeque::new(),
-                }),
-                store_down_until: 0,
-                last_exec: 0,
+                stores: (0..slots)
+                    .map(|s| {
+                        let keys = sc.store_cfg(s).max_keys;
+                        RegionStore {
+                            store: MemoryStore::with_seed(keys, store_seed(seed)),
+                            replica: sc.replica_lag[r][s].map(|lag| Replica {
+                                store: MemoryStore::with_seed(keys, store_seed(seed)),
+                                lag,
+                                queue: VecDeque::new(),
+                            }),
+                            down_until: 0,
+                            last_exec: 0,
+                            latency_rng: latency_rng(seed, r, s),
+                        }
+                    })
+                    .collect(),
                 daemons: Vec::new(),
-                latency_rng: Rng::stream(seed, STREAM_LATENCY + r as u64),
                 phase_rng: Rng::stream(seed, STREAM_PHASE + r as u64),
             })
             .collect();
@@ -244,7 +268,7 @@ impl<'a> Sim<'a> {
             gens,
             heap: BinaryHeap::new(),
             arrivals: Vec::new(),
-            execs: (0..n).map(|_| VecDeque::new()).collect(),
+            execs: (0..n * slots).map(|_| VecDeque::new()).collect(),
             seq: 0,
             now: 0,
             interval: sc.gossip.interval,
@@ -280,6 +304,7 @@ impl<'a> Sim<'a> {
                 .map(|name| (0..sc.daemons).map(|d| format!("{name}-{d:04}")).collect())
                 .collect(),
         };
+        sim.metrics.stores = vec![StoreCounters::default(); slots];
         for r in 0..n {
             sim.start_daemons(r);
         }

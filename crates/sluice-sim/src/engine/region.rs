@@ -1,5 +1,6 @@
-//! Regions and their daemons: what each holds (stores, replica, views, guard, hot-key
-//! layer), their (re)starts and stops, and the scenario's events that change them.
+//! Regions and their daemons: what each holds (stores and replicas, views, a guard and
+//! local buckets per store, the hot-key layer), their (re)starts and stops, and the
+//! scenario's events that change them.
 
 use super::events::Ev;
 use super::observer::Rec;
@@ -16,12 +17,21 @@ use sluice_core::relay::Collected;
 use sluice_store::MemoryStore;
 use std::collections::VecDeque;
 
-pub(super) struct Daemon {
-    pub(super) remote: RemoteCounts,
-    pub(super) local: MemoryStore,
-    /// Its store guard, as the daemon's engine keeps one per store shard (a region's store
+/// What a daemon keeps per store (the daemon's engine keeps these per store too: the main
+/// store's in the engine, a named store's in its `stores::Backend`).
+pub(super) struct DaemonStore {
+    /// Its store guard, as the daemon's engine keeps one per store shard (a simulated store
     /// is one shard): the breaker, what a call's ending counts as, when `local` goes.
     pub(super) guard: StoreGuard,
+    /// The local buckets that answer this store's `on_store_failure: local` rules while its
+    /// calls fail.
+    pub(super) local: MemoryStore,
+}
+
+pub(super) struct Daemon {
+    pub(super) remote: RemoteCounts,
+    /// Per store slot (0: the main store, then the scenario's named stores).
+    pub(super) stores: Vec<DaemonStore>,
     /// The hot-key layer every store call of the daemon goes through.
     pub(super) hot: Layer,
     /// Incarnation: bumped when the daemon restarts (messages to an older one are dropped).
@@ -52,14 +62,22 @@ pub(super) enum Write {
     GiveBack(GiveBack),
 }
 
-pub(super) struct Region {
-    pub(super) up: bool,
+/// One of a region's stores (its main one, or a named one): shared by its daemons.
+pub(super) struct RegionStore {
     pub(super) store: MemoryStore,
     pub(super) replica: Option<Replica>,
-    pub(super) store_down_until: Micros,
+    /// It answers nothing before this (a failover's outage).
+    pub(super) down_until: Micros,
+    /// When its last call executes: it serialises its calls.
     pub(super) last_exec: Micros,
-    pub(super) daemons: Vec<Daemon>,
     pub(super) latency_rng: Rng,
+}
+
+pub(super) struct Region {
+    pub(super) up: bool,
+    /// Per store slot (0: the main store, then the scenario's named stores).
+    pub(super) stores: Vec<RegionStore>,
+    pub(super) daemons: Vec<Daemon>,
     pub(super) phase_rng: Rng,
 }
 
@@ -86,8 +104,12 @@ impl<'a> Sim<'a> {
         self.regions[r].daemons = (0..sc.daemons)
             .map(|_| Daemon {
                 remote: RemoteCounts::new(name, sc.gossip.max_keys, store_seed(self.seed)),
-                local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
-                guard: StoreGuard::for_store(sc.store.breaker, true),
+                stores: (0..sc.store_slots())
+                    .map(|s| DaemonStore {
+                        guard: StoreGuard::for_store(sc.store_cfg(s).breaker, true),
+                        local: MemoryStore::with_seed(100_000, store_seed(self.seed)),
+                    })
+                    .collect(),
                 hot: Layer::new(DENY_ENTRIES, LEASES),
                 epoch: old_epoch + 1,
                 timer: 0,
@@ -249,12 +271,14 @@ impl<'a> Sim<'a> {
                 self.up[*r] = true;
                 self.regions[*r].up = true;
                 if *wipe {
-                    let region = &mut self.regions[*r];
-                    region.store = MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
-                    if let Some(rep) = &mut region.replica {
-                        rep.store =
-                            MemoryStore::with_seed(sc.store.max_keys, store_seed(self.seed));
-                        rep.queue.clear();
+                    // Every store of the region comes back empty.
+                    for (slot, rs) in self.regions[*r].stores.iter_mut().enumerate() {
+                        let keys = sc.store_cfg(slot).max_keys;
+                        rs.store = MemoryStore::with_seed(keys, store_seed(self.seed));
+                        if let Some(rep) = &mut rs.replica {
+                            rep.store = MemoryStore::with_seed(keys, store_seed(self.seed));
+                            rep.queue.clear();
+                        }
                     }
                 }
                 self.start_daemons(*r);
@@ -275,14 +299,16 @@ impl<'a> Sim<'a> {
                 self.resend_all(None);
                 self.track_heal();
             }
-            Event::StoreFailover(r, outage) => {
+            Event::StoreFailover(r, slot, outage) => {
                 self.replicate(*r, now);
-                let region = &mut self.regions[*r];
-                if let Some(rep) = region.replica.take() {
-                    self.metrics.lost_writes += rep.queue.len() as u64;
-                    region.store = rep.store;
+                let rs = &mut self.regions[*r].stores[*slot];
+                if let Some(rep) = rs.replica.take() {
+                    let lost = rep.queue.len() as u64;
+                    self.metrics.lost_writes += lost;
+                    self.metrics.stores[*slot].lost_writes += lost;
+                    rs.store = rep.store;
                 }
-                region.store_down_until = now + outage;
+                rs.down_until = now + outage;
             }
             Event::SetShip(iv, th) => {
                 if let Some(iv) = iv {

@@ -3,7 +3,7 @@
 //! (ground truth) and observed (the daemon's shipper) through the observer thread.
 
 use super::observer::{Obs, Rec};
-use super::region::{Daemon, Region, Write};
+use super::region::{Daemon, DaemonStore, Region, RegionStore, Write};
 use super::store::{GuardCounts, guarded};
 use super::{RULES_VERSION, Sim, ships, view};
 use crate::metrics::{Counter, Measured};
@@ -100,12 +100,33 @@ impl<'a> Sim<'a> {
             self.plans.push(p);
             return None;
         }
-        let region = &mut self.regions[r];
-        let lat = self.sc.store.latency.sample(&mut region.latency_rng);
-        let at = (t + lat).max(region.last_exec);
-        region.last_exec = at;
+        // Each store the request's calls go to draws its latency and serialises its calls;
+        // the request executes when the last of them would have run its call, in that
+        // store's FIFO (whose times so never decrease). With the main store only, one draw.
+        let sc = self.sc;
+        let slots = sc.store_slots();
+        let mut seen: SmallVec<[usize; 4]> = SmallVec::new();
+        let (mut at, mut fifo) = (0, 0);
+        for i in 0..p.calls.len() {
+            let s = if slots == 1 {
+                0
+            } else {
+                sc.slot_of(p.store_of(i))
+            };
+            if seen.contains(&s) {
+                continue;
+            }
+            seen.push(s);
+            let rs = &mut self.regions[r].stores[s];
+            let lat = sc.store_cfg(s).latency.sample(&mut rs.latency_rng);
+            let t_s = (t + lat).max(rs.last_exec);
+            rs.last_exec = t_s;
+            if seen.len() == 1 || t_s > at {
+                (at, fifo) = (t_s, s);
+            }
+        }
         self.seq += 1;
-        self.execs[r].push_back(Exec {
+        self.execs[r * slots + fifo].push_back(Exec {
             at,
             seq: self.seq,
             p: Pending {
@@ -139,28 +160,38 @@ impl<'a> Sim<'a> {
         }
         self.metrics.requests += 1;
         self.replicate(r, sim_now);
-        let store_ok = sim_now >= self.regions[r].store_down_until;
-        // The daemon's guard runs on its region's clock.
+        // The daemon's guards run on its region's clock.
         let local_now = self.clock(r, sim_now);
         let permille = self.sc.store.local_permille;
         // A kept buffer: no allocation per request.
         let mut answers = std::mem::take(&mut self.answers);
         let domain = self.domain;
+        let sc = self.sc;
         for (i, pc) in plan.calls.iter().enumerate() {
+            // The call's store, as the daemon's engine picks it (`Plan::store_of`), with
+            // that store's guard and local buckets of the daemon.
+            let slot = sc.slot_of(plan.store_of(i));
             let Region {
+                stores, daemons, ..
+            } = &mut self.regions[r];
+            let RegionStore {
                 store,
                 replica,
-                daemons,
+                down_until,
                 ..
-            } = &mut self.regions[r];
+            } = &mut stores[slot];
+            let store_ok = sim_now >= *down_until;
             let Daemon {
-                hot, guard, local, ..
+                hot,
+                stores: dstores,
+                ..
             } = &mut daemons[d];
+            let DaemonStore { guard, local } = &mut dstores[slot];
             let before = hot.stats();
             let (mut calls, mut g) = (0, GuardCounts::default());
             // Through the hot-key layer, as the daemon does: it answers the call itself, or
-            // sends it as planned or as a lease call, each one through the daemon's store
-            // guard to the store here.
+            // sends it as planned or as a lease call, each one through the daemon's guard
+            // of the call's store to that store here.
             let res = hot.call_sync(pc, CallPolicy::of(&plan, i), RULES_VERSION, |call| {
                 let sent = guarded(guard, local, local_now, store_ok.then_some(&*store), call);
                 calls += u64::from(g.count(&sent));
@@ -173,7 +204,7 @@ impl<'a> Sim<'a> {
             });
             let after = hot.stats();
             self.metrics.store_calls += calls;
-            g.add_to(&mut self.metrics);
+            g.add_to(&mut self.metrics, slot);
             let sec = (now / SECOND) as usize;
             for &ai in &pc.rules {
                 let ri = rule_index(domain, plan.applied[ai].rule);
@@ -201,6 +232,17 @@ impl<'a> Sim<'a> {
                 h.gate_to_store += after.gate_to_store - before.gate_to_store;
             }
             self.metrics.store_failures += u64::from(res.is_none());
+            let per_store = &mut self.metrics.stores[slot];
+            per_store.calls += calls;
+            if res.is_none() {
+                per_store.failures += 1;
+                // Each rule of the failed call answered by its failure mode, as the daemon
+                // counts them per store.
+                for &ai in &pc.rules {
+                    per_store.answered_by(plan.applied[ai].rule.on_store_failure);
+                }
+            }
+            let local = &self.regions[r].daemons[d].stores[slot].local;
             answers.push(sluice_core::guard::answer(&plan, i, res, permille, |c| {
                 local.check_sync(c).ok()
             }));
@@ -210,8 +252,11 @@ impl<'a> Sim<'a> {
         plan.decide_into(RULES_VERSION, &answers, &mut decision);
         // The daemon journals these and replays them into the store once it answers again;
         // the simulator counts them.
-        self.metrics.journaled +=
-            sluice_core::guard::journaled(&plan, &answers, &decision, cost).count() as u64;
+        for (store, ..) in sluice_core::guard::journaled(&plan, &answers, &decision, cost) {
+            // Into the journal of the store the key's call went to, in the daemon.
+            self.metrics.journaled += 1;
+            self.metrics.stores[sc.slot_of(store)].journaled += 1;
+        }
         self.measure(r, src, now, cost, &plan, &decision);
         let planned_at = self.clock(r, now);
         self.observe(r, d, planned_at, &plan, &answers);

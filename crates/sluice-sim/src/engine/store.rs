@@ -38,17 +38,22 @@ impl GuardCounts {
         g.res.is_some()
     }
 
-    pub(super) fn add_to(&self, m: &mut Metrics) {
+    /// Adds them to the run's totals and to store slot `slot`'s.
+    pub(super) fn add_to(&self, m: &mut Metrics, slot: usize) {
         m.breaker_refused += self.refused;
         m.breaker_opened += self.opened;
+        if let Some(s) = m.stores.get_mut(slot) {
+            s.breaker_refused += self.refused;
+            s.breaker_opened += self.opened;
+        }
     }
 }
 
 /// One store call of a daemon through its guard, as the daemon's engine makes it
 /// (`sluiced`'s `call_store`): refused while the breaker is open (nothing reaches the
 /// store); otherwise sent to `store` (`None` while the store is out: the call fails as an
-/// outage), its ending told to the guard, and the daemon's local buckets dropped when the
-/// breaker closes (the region's store is one shard: they are all its).
+/// outage), its ending told to the guard, and the daemon's local buckets of that store
+/// dropped when the breaker closes (a simulated store is one shard: they are all its).
 pub(super) fn guarded(
     guard: &mut StoreGuard,
     local: &MemoryStore,
@@ -83,9 +88,12 @@ pub(super) fn guarded(
 }
 
 impl<'a> Sim<'a> {
-    /// Applies to the replica what it had received by `now`.
+    /// Applies to each of region `r`'s replicas what it had received by `now`.
     pub(super) fn replicate(&mut self, r: usize, now: Micros) {
-        if let Some(rep) = &mut self.regions[r].replica {
+        for rs in &mut self.regions[r].stores {
+            let Some(rep) = &mut rs.replica else {
+                continue;
+            };
             while rep.queue.front().is_some_and(|(at, _)| *at <= now) {
                 // Same writes, same order, same states: the replica's answers are the
                 // primary's; only its timing differs.
@@ -140,32 +148,36 @@ impl<'a> Sim<'a> {
             return;
         }
         self.replicate(r, now);
-        let store_ok = self.regions[r].up && now >= self.regions[r].store_down_until;
+        // Background calls reach only the main store (slot 0): a rule counting in a named
+        // store cannot have a sync gate (`sluice_core::stores`).
+        let store_ok = self.regions[r].up && now >= self.regions[r].stores[0].down_until;
         // The daemon's guard and layer run on its region's clock; the replica on the reference.
         let local = self.clock(r, now);
         let sec = (now / SECOND) as usize;
         for s in syncs {
             let region = &mut self.regions[r];
-            let daemon = &mut region.daemons[d];
+            let main = &mut region.stores[0];
+            let ds = &mut region.daemons[d].stores[0];
             // A sync is a store call of the daemon's like any other: through its guard.
             let guarded = guarded(
-                &mut daemon.guard,
-                &daemon.local,
+                &mut ds.guard,
+                &ds.local,
                 local,
-                store_ok.then_some(&region.store),
+                store_ok.then_some(&main.store),
                 &s.call,
             );
             let mut g = GuardCounts::default();
             let sent = u64::from(g.count(&guarded));
-            g.add_to(&mut self.metrics);
+            g.add_to(&mut self.metrics, 0);
             let res = guarded.res.flatten();
             if res.is_some()
-                && let Some(rep) = &mut region.replica
+                && let Some(rep) = &mut main.replica
             {
                 rep.queue
                     .push_back((now + rep.lag, Write::Check(s.call.clone())));
             }
             self.metrics.store_calls += sent;
+            self.metrics.stores[0].calls += sent;
             let answered = res.is_some();
             let took = self.regions[r].daemons[d].hot.synced(&s, res, local);
             for ri in self.rules_of(&s.call) {
@@ -209,16 +221,17 @@ impl<'a> Sim<'a> {
         // In the layer's order: its maps are keyed by a fixed seed (`Layer::new`), so the
         // order, and the store's writes at its key bound, are the same on every rerun.
         self.replicate(r, now);
-        let store_ok = now >= self.regions[r].store_down_until;
+        // The main store's (slot 0): leases cannot count in a named store.
+        let store_ok = now >= self.regions[r].stores[0].down_until;
         for g in backs {
             if let Some(ri) = sluice_core::keys::parse(&g.key)
                 .and_then(|k| self.domain.rules.iter().position(|x| &*x.id == k.rule))
             {
                 self.metrics.hot[ri].returned_units += g.units;
             }
-            let region = &mut self.regions[r];
+            let main = &mut self.regions[r].stores[0];
             let res = if store_ok {
-                region.store.give_back_sync(&g).ok()
+                main.store.give_back_sync(&g).ok()
             } else {
                 None
             };
@@ -229,7 +242,7 @@ impl<'a> Sim<'a> {
                     } else {
                         self.metrics.give_backs_moot += 1;
                     }
-                    if let Some(rep) = &mut region.replica {
+                    if let Some(rep) = &mut main.replica {
                         rep.queue.push_back((now + rep.lag, Write::GiveBack(g)));
                     }
                 }

@@ -1,6 +1,7 @@
 //! The check of a parsed file into a [`Scenario`]: every semantic rule, each refusal naming
 //! the field by its dotted path; the rules go through sluice-core's own validator.
 
+use super::check_stores::{BreakerFields, breaker, known_stores, named_stores};
 use super::check_traffic::check_traffic;
 use super::fields::{
     clock_offsets, dist, fraction, ms, non_negative, positive, region_index, secs, threshold_pct,
@@ -72,40 +73,24 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
     if f.store.max_keys == 0 {
         return Err(invalid("store.max_keys", "must be greater than zero"));
     }
-    let d = BreakerConfig::default();
-    let breaker = BreakerConfig {
-        failure_pct: f.store.breaker_failure_pct.unwrap_or(d.failure_pct),
-        window: f
-            .store
-            .breaker_window_ms
-            .map_or(d.window, |v| v.saturating_mul(MILLI)),
-        min_calls: f.store.breaker_min_calls.unwrap_or(d.min_calls),
-        cool_off: f
-            .store
-            .breaker_cool_off_ms
-            .map_or(d.cool_off, |v| v.saturating_mul(MILLI)),
-        probes: d.probes,
-    };
-    if !(1..=100).contains(&breaker.failure_pct) {
-        return Err(invalid(
-            "store.breaker_failure_pct",
-            format!("must be from 1 to 100, got {}", breaker.failure_pct),
-        ));
-    }
-    for (field, v) in [
-        ("store.breaker_window_ms", breaker.window),
-        ("store.breaker_cool_off_ms", breaker.cool_off),
-    ] {
-        if v == 0 {
-            return Err(invalid(field, "must be greater than zero"));
-        }
-    }
+    let breaker = breaker(
+        "store",
+        &BreakerFields {
+            failure_pct: f.store.breaker_failure_pct,
+            window_ms: f.store.breaker_window_ms,
+            min_calls: f.store.breaker_min_calls,
+            cool_off_ms: f.store.breaker_cool_off_ms,
+        },
+        &BreakerConfig::default(),
+    )?;
     let store = StoreCfg {
         latency: dist("store.latency_ms", &f.store.latency_ms)?,
         local_permille,
         max_keys: f.store.max_keys as usize,
         breaker,
     };
+    // [stores.NAME]
+    let stores = named_stores(&f, &store)?;
 
     // [gossip]
     let g = &f.gossip;
@@ -254,16 +239,8 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
             ));
         }
     }
-    // One store per region: a rule counting in a named store would be counted elsewhere.
-    if let Some(u) = sluice_core::stores::uses(&set).first() {
-        return Err(invalid(
-            "rules",
-            format!(
-                "{} names store {:?}: named stores are not simulated (each region has one store)",
-                u.at, u.store
-            ),
-        ));
-    }
+    // A rule counting in a store the scenario lacks would be counted elsewhere.
+    known_stores(&set, &stores)?;
 
     // traffic
     if f.traffic.is_empty() {
@@ -286,7 +263,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
 
     // events
     let mut events = Vec::with_capacity(f.events.len());
-    let mut replica_lag = vec![None; n];
+    let mut replica_lag = vec![vec![None; 1 + stores.len()]; n];
     for (i, e) in f.events.iter().enumerate() {
         let at = format!("events[{i}]");
         // An event after the end never happens (a run shortened with --set keeps its file's
@@ -333,21 +310,37 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
             EventFile::StoreFailover {
                 at_s,
                 region,
+                store,
                 lost_ms,
                 outage_ms,
             } => {
                 let r = reg(region)?;
-                if replica_lag[r].is_some() {
+                let slot = match store.as_deref() {
+                    None | Some(sluice_core::stores::DEFAULT) => 0,
+                    Some(name) => match stores.iter().position(|s| s.name == name) {
+                        Some(i) => i + 1,
+                        None => {
+                            return Err(invalid(
+                                format!("{at}.store"),
+                                format!("no store {name:?}: declare it as [stores.{name}]"),
+                            ));
+                        }
+                    },
+                };
+                if replica_lag[r][slot].is_some() {
+                    let which = store
+                        .as_deref()
+                        .map_or(String::new(), |s| format!("'s {s:?}"));
                     return Err(invalid(
                         format!("{at}.region"),
                         format!(
-                            "{region:?} already fails over once; the simulator models one store failover per region per run"
+                            "{region:?}{which} already fails over once; the simulator models one failover per store per region per run"
                         ),
                     ));
                 }
-                replica_lag[r] = Some(ms(non_negative(&format!("{at}.lost_ms"), *lost_ms)?));
+                replica_lag[r][slot] = Some(ms(non_negative(&format!("{at}.lost_ms"), *lost_ms)?));
                 let outage = ms(non_negative(&format!("{at}.outage_ms"), *outage_ms)?);
-                (when(*at_s)?, Event::StoreFailover(r, outage))
+                (when(*at_s)?, Event::StoreFailover(r, slot, outage))
             }
             EventFile::DaemonDown {
                 at_s,
@@ -410,6 +403,7 @@ pub fn check(f: File) -> Result<Scenario, ScenarioError> {
         regions: f.regions.clone(),
         daemons,
         store,
+        stores,
         gossip,
         warmup,
         plot_keys,

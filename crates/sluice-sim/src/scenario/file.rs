@@ -27,6 +27,11 @@ pub struct File {
     /// The counter store of each region.
     #[serde(default)]
     pub store: StoreFile,
+    /// Named stores beside each region's main one (`[stores.NAME]`, the daemon's `stores:`),
+    /// which rules and overrides name with `store:`: a tenant's counts, load and outages on
+    /// a store of its own.
+    #[serde(default)]
+    pub stores: BTreeMap<String, NamedStoreFile>,
     /// The delta shipper and the network between regions.
     #[serde(default)]
     pub gossip: GossipFile,
@@ -132,6 +137,32 @@ impl Default for StoreFile {
             breaker_cool_off_ms: None,
         }
     }
+}
+
+/// `[stores.NAME]`: a named store in every region, the shape of `[store]`. What it leaves
+/// out is the main store's, as the daemon's `stores:` entries take the main store's settings
+/// they leave out. (`local_permille` is the daemon's, not a store's: `[store]`'s.)
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedStoreFile {
+    /// One call's latency (ms), request to execution; `[store]`'s when absent.
+    #[serde(default)]
+    pub latency_ms: Option<DistFile>,
+    /// Key bound of each region's copy of this store; `[store]`'s when absent.
+    #[serde(default)]
+    pub max_keys: Option<u64>,
+    /// Each daemon's breaker of this store opens above this percentage of failed calls.
+    #[serde(default)]
+    pub breaker_failure_pct: Option<u64>,
+    /// The breaker's window.
+    #[serde(default)]
+    pub breaker_window_ms: Option<u64>,
+    /// Fewer calls in the window never open it.
+    #[serde(default)]
+    pub breaker_min_calls: Option<u64>,
+    /// Time open before probing.
+    #[serde(default)]
+    pub breaker_cool_off_ms: Option<u64>,
 }
 
 fn default_store_latency() -> DistFile {
@@ -510,6 +541,10 @@ pub enum EventFile {
         at_s: f64,
         /// Which region.
         region: String,
+        /// Which of its stores: a name of `[stores]`; the main one when absent (or
+        /// `"default"`).
+        #[serde(default)]
+        store: Option<String>,
         /// Replication lag: writes this recent are lost.
         lost_ms: f64,
         /// Time without a store.

@@ -12,10 +12,11 @@
 //!
 //! - `file`: the file as written (serde types, defaults);
 //! - `params`: `--set`/`--param` overrides on the parsed document;
-//! - `fields`, `check`, `check_traffic`: the checks, from the file into
+//! - `fields`, `check`, `check_stores`, `check_traffic`: the checks, from the file into
 //! - `model`: the checked [`Scenario`], in the engine's units.
 
 mod check;
+mod check_stores;
 mod check_traffic;
 mod fields;
 mod file;
@@ -23,6 +24,7 @@ mod model;
 mod params;
 
 pub use check::check;
+pub use check_stores::MAX_NAMED_STORES;
 pub use file::*;
 pub use model::*;
 pub use params::{PARAM_ALIASES, set_param};

@@ -77,6 +77,16 @@ pub struct StoreCfg {
     pub breaker: BreakerConfig,
 }
 
+/// `[stores.NAME]`, checked: a named store every region has beside its main one.
+#[derive(Clone, Debug)]
+pub struct NamedStore {
+    /// Its name, as rules and overrides give it with `store:`.
+    pub name: String,
+    /// Its settings, the main store's where the file leaves them out (`local_permille` is
+    /// always the main store's: the daemon has one for all its stores).
+    pub cfg: StoreCfg,
+}
+
 /// `[gossip]`, checked.
 #[derive(Clone, Debug)]
 pub struct GossipCfg {
@@ -195,8 +205,9 @@ pub enum Event {
     Partition(Vec<usize>),
     /// All links restored.
     Heal,
-    /// Failover of a region's store: (region, outage).
-    StoreFailover(usize, Micros),
+    /// Failover of one of a region's stores: (region, store slot, outage). Slot 0 is the
+    /// main store, slot `i + 1` [`Scenario::stores`]`[i]`.
+    StoreFailover(usize, usize, Micros),
     /// A daemon stops: (region, daemon, graceful).
     DaemonDown(usize, usize, bool),
     /// New interval and/or threshold (percent).
@@ -218,8 +229,10 @@ pub struct Scenario {
     pub regions: Vec<String>,
     /// Daemons per region.
     pub daemons: usize,
-    /// Stores.
+    /// Each region's main store.
     pub store: StoreCfg,
+    /// Named stores every region has beside its main one, in name order (slots 1, 2, ...).
+    pub stores: Vec<NamedStore>,
     /// Gossip.
     pub gossip: GossipCfg,
     /// Windows before this are not measured.
@@ -234,8 +247,9 @@ pub struct Scenario {
     pub traffic: Vec<Traffic>,
     /// Events in time order.
     pub events: Vec<(Micros, Event)>,
-    /// Replication lag of regions that fail over (writes this recent are lost).
-    pub replica_lag: Vec<Option<Micros>>,
+    /// Per region, per store slot: the replication lag of a store that fails over (writes
+    /// this recent are lost).
+    pub replica_lag: Vec<Vec<Option<Micros>>>,
     /// Per region: its clock's offset from the reference clock, µs (all 0 unless `[clock]`
     /// says otherwise).
     pub clock_offset: Vec<i64>,
@@ -245,6 +259,36 @@ impl Scenario {
     /// The domain the requests use.
     pub fn domain(&self) -> &Domain {
         &self.rules
+    }
+
+    /// How many stores each region has: the main one and the named ones.
+    pub fn store_slots(&self) -> usize {
+        1 + self.stores.len()
+    }
+
+    /// The settings of store slot `slot` (0: the main store).
+    pub fn store_cfg(&self, slot: usize) -> &StoreCfg {
+        match slot.checked_sub(1).and_then(|i| self.stores.get(i)) {
+            Some(n) => &n.cfg,
+            None => &self.store,
+        }
+    }
+
+    /// The name of store slot `slot`, as the daemon labels it (`default` for the main one).
+    pub fn store_name(&self, slot: usize) -> &str {
+        match slot.checked_sub(1).and_then(|i| self.stores.get(i)) {
+            Some(n) => &n.name,
+            None => sluice_core::stores::DEFAULT,
+        }
+    }
+
+    /// The slot of the store a call goes to, from `Plan::store_of` (`None`: the main one).
+    /// A name the scenario lacks never reaches here (the check refuses such rules); it
+    /// would be the main store.
+    pub fn slot_of(&self, store: Option<&str>) -> usize {
+        store
+            .and_then(|name| self.stores.iter().position(|n| n.name == name))
+            .map_or(0, |i| i + 1)
     }
 }
 
