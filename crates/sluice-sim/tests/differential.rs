@@ -7,8 +7,11 @@
 //! a global fixed window, a sliding window, a GCRA and an hourly quota, costs of 1 to 3,
 //! shipments between the regions delivered 70 ms after they are made (the same entries to
 //! both sides: what the daemons' shippers selected), and an outage of each region's store,
-//! through which its breaker opens, probes and closes. Concurrency rules are left out: the
-//! simulator does not model requests that hold a slot.
+//! through which its breaker opens, probes and closes. A named store, `bigcorp`, counts
+//! the GCRA rule (but vip's, kept on the main store by `store: default`) and bob's fixed
+//! window and quota (overrides); it fails in `us` on its own, so both sides must route each
+//! call to its store and keep a guard, local buckets and a journal selection per store.
+//! Concurrency rules are left out: the simulator does not model requests that hold a slot.
 
 use sluice_control::Published;
 use sluice_core::Micros;
@@ -92,6 +95,7 @@ algorithm = "gcra"
 rate_per_s = 1
 burst = 3
 on_store_failure = "open"
+store = "bigcorp"
 
 [[rules]]
 id = "quota"
@@ -106,6 +110,24 @@ identity = { user = "vip" }
 rule = "bucket"
 rate_per_s = 6
 burst = 12
+
+[[overrides]]
+identity = { user = "bob" }
+rule = "window"
+store = "bigcorp"
+
+[[overrides]]
+identity = { user = "bob" }
+rule = "quota"
+store = "bigcorp"
+
+[[overrides]]
+identity = { user = "vip" }
+rule = "gcra"
+store = "default"
+
+# Its breaker and latency are the main store's, as the daemon's side gives it.
+[stores.bigcorp]
 
 # The daemon's side is given the same outages by hand (`OUTAGES`).
 [[events]]
@@ -122,15 +144,27 @@ region = "eu"
 lost_ms = 0
 outage_ms = 3000
 
+[[events]]
+kind = "store_failover"
+at_s = 32
+region = "us"
+store = "bigcorp"
+lost_ms = 0
+outage_ms = 7000
+
 # No traffic of its own: the test gives every request.
 [[traffic]]
 rate_per_s = 0
 keys = { kind = "one", name = "unused" }
 "#;
 
-/// `(region, from, to)` of each store outage, as in `SCENARIO`'s events.
-const OUTAGES: [(usize, Micros, Micros); 2] =
-    [(0, 20 * SECOND, 26 * SECOND), (1, 45 * SECOND, 48 * SECOND)];
+/// `(region, named, from, to)` of each store outage, as in `SCENARIO`'s events (`named`:
+/// bigcorp's, else the main store's).
+const OUTAGES: [(usize, bool, Micros, Micros); 3] = [
+    (0, false, 20 * SECOND, 26 * SECOND),
+    (1, false, 45 * SECOND, 48 * SECOND),
+    (0, true, 32 * SECOND, 39 * SECOND),
+];
 
 /// The breaker `SCENARIO` configures, as the daemon's config gives it.
 fn breaker() -> BreakerConfig {
@@ -234,15 +268,21 @@ struct Region {
     name: String,
     engine: Engine,
     store: Arc<Flaky>,
+    /// Its named store `bigcorp`.
+    big: Arc<Flaky>,
     view: Arc<View>,
     shipper: Arc<Shipper>,
 }
 
-fn region(name: &str, rules: &Arc<Published>, clock: &Arc<ManualClock>) -> Region {
-    let store = Arc::new(Flaky {
+fn flaky() -> Arc<Flaky> {
+    Arc::new(Flaky {
         inner: MemoryStore::default(),
         down: AtomicBool::new(false),
-    });
+    })
+}
+
+fn region(name: &str, rules: &Arc<Published>, clock: &Arc<ManualClock>) -> Region {
+    let (store, big) = (flaky(), flaky());
     let view = Arc::new(View {
         remote: Mutex::new(RemoteCounts::new(name, 1_000_000, 0)),
         rules: rules.clone(),
@@ -264,6 +304,13 @@ fn region(name: &str, rules: &Arc<Published>, clock: &Arc<ManualClock>) -> Regio
         breaker(),
     )
     .with_clock(clock.clone());
+    engine.add_store(sluiced::stores::Backend::new(
+        "bigcorp",
+        big.clone(),
+        None,
+        Duration::from_secs(30),
+        breaker(),
+    ));
     engine.remote = Some(view.clone());
     engine.usage = Some(shipper.clone());
     // The daemon's default hot-key layer (deny cache on), as each simulated daemon has.
@@ -272,6 +319,7 @@ fn region(name: &str, rules: &Arc<Published>, clock: &Arc<ManualClock>) -> Regio
         name: name.into(),
         engine,
         store,
+        big,
         view,
         shipper,
     }
@@ -292,8 +340,13 @@ enum Step {
         from: usize,
         entries: Vec<ShipEntry>,
     },
-    /// A region's store goes down or comes back (the simulator's side has it as events).
-    Store { region: usize, down: bool },
+    /// A region's store (`named`: bigcorp) goes down or comes back (the simulator's side
+    /// has it as events).
+    Store {
+        region: usize,
+        named: bool,
+        down: bool,
+    },
     /// Every daemon's hot-key sweep (the simulator's side runs its own at the same times).
     Sweep,
 }
@@ -349,13 +402,22 @@ fn sequence() -> BTreeMap<Order, Step> {
         at(&mut steps, t, Step::Sweep);
         t += SWEEP;
     }
-    for (region, down, up) in OUTAGES {
-        at(&mut steps, down, Step::Store { region, down: true });
+    for (region, named, down, up) in OUTAGES {
+        at(
+            &mut steps,
+            down,
+            Step::Store {
+                region,
+                named,
+                down: true,
+            },
+        );
         at(
             &mut steps,
             up,
             Step::Store {
                 region,
+                named,
                 down: false,
             },
         );
@@ -454,8 +516,14 @@ async fn the_simulators_daemons_decide_as_the_daemons_engine_does() {
                 regions[to].view.merge(&regions[from].name, &entries, t);
                 sim.deliver(to, from, t, entries);
             }
-            Step::Store { region, down } => {
-                regions[region].store.down.store(down, Ordering::SeqCst);
+            Step::Store {
+                region,
+                named,
+                down,
+            } => {
+                let r = &regions[region];
+                let store = if named { &r.big } else { &r.store };
+                store.down.store(down, Ordering::SeqCst);
             }
             Step::Sweep => {
                 for r in &regions {
@@ -479,4 +547,25 @@ async fn the_simulators_daemons_decide_as_the_daemons_engine_does() {
     let m = &sim.metrics;
     assert!(m.breaker_opened >= 2, "opened {} times", m.breaker_opened);
     assert!(m.breaker_refused > 0 && m.journaled > 0, "{seen:?}");
+    // Bigcorp's outage reached it alone: its own failures, breaker openings and journal
+    // selection, and the daemon's side counted the same failure answers per store.
+    let big = &m.stores[1];
+    assert!(
+        big.failures > 0 && big.breaker_opened >= 1 && big.journaled > 0,
+        "{big:?}"
+    );
+    let mut daemon = [0u64; 2];
+    for r in &regions {
+        for (i, (_, f)) in r.engine.store_failures().iter().enumerate() {
+            daemon[i] += f.all().iter().map(|(_, n)| n).sum::<u64>();
+        }
+    }
+    let sim_answers = |s: &sluice_sim::per_store::StoreCounters| {
+        s.answered_open + s.answered_closed + s.answered_local
+    };
+    assert_eq!(
+        daemon,
+        [sim_answers(&m.stores[0]), sim_answers(big)],
+        "failure answers per store"
+    );
 }
