@@ -90,15 +90,34 @@ impl Lease {
             return (0, units);
         }
         for (key, params, _) in &self.shape.0 {
-            out.push(GiveBack {
-                key: key.clone(),
-                params: params.clone(),
-                units,
-                taken_at: self.taken_at,
-                now,
-            });
+            out.push(give_back(key, params, units, self.taken_at, now));
         }
         (units, 0)
+    }
+}
+
+/// Where `units` taken from `key` under `params` go back. A fair share's go to the parent,
+/// as a plain token bucket (its stored form): every lease took them from the parent, while
+/// the tenant's bucket was charged only on the guaranteed path, and which path a grant took
+/// is the store's to know. The tenant may lose up to the unspent units of its guarantee until
+/// its bucket refills; it never gains any.
+fn give_back(key: &str, params: &Params, units: u64, taken_at: Micros, now: Micros) -> GiveBack {
+    let (key, params) = match params {
+        Params::FairShare(fs) => (
+            crate::keys::fair_share_parent(key),
+            Params::TokenBucket {
+                rate: fs.rate,
+                burst: fs.burst,
+            },
+        ),
+        p => (key, p.clone()),
+    };
+    GiveBack {
+        key: key.to_string(),
+        params,
+        units,
+        taken_at,
+        now,
     }
 }
 
@@ -248,13 +267,9 @@ impl Leases {
             // answer, and the units beyond its cost go straight back.
             if result.allowed && batch > call.cost {
                 for it in &call.items {
-                    self.retired.push(GiveBack {
-                        key: it.key.clone(),
-                        params: it.params.clone(),
-                        units: batch - call.cost,
-                        taken_at: now,
-                        now,
-                    });
+                    let units = batch - call.cost;
+                    self.retired
+                        .push(give_back(&it.key, &it.params, units, now, now));
                 }
                 self.retired_units += batch - call.cost;
             }
@@ -386,6 +401,8 @@ fn refill_wait(call: &Call, result: &CallResult, batch: u64) -> Micros {
             Params::TokenBucket { rate, .. } | Params::Gcra { rate, .. } => {
                 rate.time_for(batch.saturating_sub(o.remaining))
             }
+            // What a tenant can take grows no faster than the parent refills.
+            Params::FairShare(ref fs) => fs.rate.time_for(batch.saturating_sub(o.remaining)),
             _ => 0,
         })
         .max()

@@ -34,6 +34,8 @@
 pub mod config;
 pub mod deny;
 pub mod detect;
+#[cfg(test)]
+mod fair_share_tests;
 pub mod gate;
 #[cfg(test)]
 mod gate_tests;
@@ -131,6 +133,7 @@ pub fn lease_refusal(kind: Kind) -> Option<&'static str> {
 pub fn per_second(params: &Params) -> u64 {
     match params {
         Params::TokenBucket { rate, .. } | Params::Gcra { rate, .. } => rate.tokens_in(SECOND),
+        Params::FairShare(fs) => fs.rate.tokens_in(SECOND),
         p => {
             let w = p.window().max(1);
             p.limit().saturating_mul(SECOND) / w
@@ -141,6 +144,16 @@ pub fn per_second(params: &Params) -> u64 {
 /// The batch `auto` leases for a rule: about 1% of its per-second rate, at least 1.
 pub fn auto_batch(params: &Params) -> u64 {
     (per_second(params) / 100).max(1)
+}
+
+/// The largest batch a lease call for `params` could be granted: the rule's capacity, and for
+/// a fair share the tenant's own burst, so a batch still fits its share while the parent is
+/// busy (past it the tenant would get nothing until the parent had room to lend).
+pub fn lease_capacity(params: &Params) -> u64 {
+    match params {
+        Params::FairShare(fs) => fs.child_burst.min(fs.burst),
+        p => p.limit(),
+    }
 }
 
 /// What the hot-key layer may do with one planned call, from its rules' blocks.
@@ -214,7 +227,7 @@ impl CallPolicy {
             };
             // A batch above the rule's capacity could never be granted.
             let this = this.map(|t| CallLease {
-                batch: t.batch.min(item.params.limit()).max(1),
+                batch: t.batch.min(lease_capacity(&item.params)).max(1),
                 ..t
             });
             match (this, lease) {

@@ -18,24 +18,53 @@ pub(super) struct Mem {
 }
 
 impl Mem {
+    /// A fair share's state is its two halves, each under its own key (the parent's shared
+    /// by every tenant), as the stores keep it.
     pub(super) fn check(&mut self, call: &Call) -> CallResult {
         self.calls += 1;
         let cur: Vec<Option<State>> = call
             .items
             .iter()
-            .map(|i| self.states.get(&i.key).cloned())
+            .map(|i| match i.params {
+                Params::FairShare(_) => Some(State::FairShare {
+                    child: self.states.get(&i.key).cloned().map(Box::new),
+                    parent: self
+                        .states
+                        .get(crate::keys::fair_share_parent(&i.key))
+                        .cloned()
+                        .map(Box::new),
+                }),
+                _ => self.states.get(&i.key).cloned(),
+            })
             .collect();
         let (r, w) = apply(call, &cur);
         for (i, w) in call.items.iter().zip(w) {
-            if let Write::Put(s, ttl) = w {
-                if ttl == 0 {
+            match w {
+                Write::Put(State::FairShare { child, parent }, _) => {
+                    let parent_key = crate::keys::fair_share_parent(&i.key).to_string();
+                    for (k, half) in [(i.key.clone(), child), (parent_key, parent)] {
+                        if let Some(h) = half {
+                            self.states.insert(k, *h);
+                        }
+                    }
+                }
+                Write::Put(_, 0) => {
                     self.states.remove(&i.key);
-                } else {
+                }
+                Write::Put(s, _) => {
                     self.states.insert(i.key.clone(), s);
                 }
+                Write::Keep => {}
             }
         }
         r
+    }
+
+    /// Applies a lease's give-back as a store does.
+    pub(super) fn give_back(&mut self, g: &GiveBack) {
+        if let Write::Put(s, _) = g.write(self.states.get(&g.key)) {
+            self.states.insert(g.key.clone(), s);
+        }
     }
 }
 

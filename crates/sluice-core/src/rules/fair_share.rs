@@ -166,11 +166,11 @@ pub(super) fn fair_share(
 
 /// The hot-key modes a fair share refuses, by field: each decides in the daemon from one
 /// bucket, or splits the parent, where the promise needs the child and the parent checked
-/// together by the store. The deny cache stays (a refusal's wait is never early).
+/// together by the store. The deny cache stays (a refusal's wait is never early), and so does
+/// leasing: a lease call is the same atomic check of both buckets (cost = the batch), and
+/// what a lease gives back goes to the parent ([`crate::hotkeys::lease`]).
 pub(super) fn hot_keys_refusal(h: &HotKeys) -> Option<&'static str> {
-    if h.lease != LeaseMode::Off {
-        Some("lease")
-    } else if h.split > 1 {
+    if h.split > 1 {
         Some("split")
     } else if h.sample > 1 {
         Some("sample")
@@ -181,6 +181,32 @@ pub(super) fn hot_keys_refusal(h: &HotKeys) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// Why a fixed `lease` batch cannot serve this fair share: a batch above the smallest
+/// tenant's burst could never be granted on the guaranteed path, so that tenant would get
+/// nothing while the parent is busy. `auto` batches are capped per tenant instead.
+pub(super) fn lease_problem(h: &HotKeys, fs: &FairShare) -> Option<String> {
+    let LeaseMode::Batch(n) = h.lease else {
+        return None;
+    };
+    let (name, smallest) = smallest_child_burst(fs);
+    (n > smallest).then(|| {
+        format!(
+            "a batch of {n} is more than the burst of the smallest share ({name:?}: {smallest}): that tenant's batch could never be granted within its share while the parent is busy"
+        )
+    })
+}
+
+/// The smallest child burst over the shares a rule lists (default included), and which.
+fn smallest_child_burst(fs: &FairShare) -> (String, u64) {
+    std::iter::once(("default", fs.shares.default))
+        .chain(fs.shares.values.iter().map(|(n, s)| (n.as_str(), *s)))
+        .filter_map(|(n, s)| child(fs.rate, fs.burst, s).ok().map(|(_, b)| (n, b)))
+        .min_by_key(|&(_, b)| b)
+        .map_or(("default".to_string(), fs.child_burst), |(n, b)| {
+            (n.to_string(), b)
+        })
 }
 
 #[cfg(test)]
@@ -253,9 +279,14 @@ mod tests {
                 "global is not possible with fair_share",
             ),
             (
-                json!({"hot_keys": {"lease": 5}}),
+                json!({"hot_keys": {"sync_interval": "200ms"}}),
                 "hot_keys",
-                "lease is not possible",
+                "sync_interval is not possible",
+            ),
+            (
+                json!({"hot_keys": {"lease": 7}}),
+                "hot_keys.lease",
+                "a batch of 7 is more than the burst of the smallest share (\"default\": 6)",
             ),
             (
                 json!({"hot_keys": {"split": 2}}),

@@ -270,8 +270,13 @@ pub(super) fn rule(v: &Value, pos: usize, problems: &mut Vec<Problem>) -> Option
     {
         f.bad(
             "hot_keys",
-            format!("{what} is not possible with fair_share: a tenant's bucket and the parent are checked together in one store call, and {what} would decide from one of them in the daemon (the deny cache stays on)"),
+            format!("{what} is not possible with fair_share: a tenant's bucket and the parent are checked together in one store call, and {what} would decide from one of them in the daemon (the deny cache and leasing stay on)"),
         );
+    }
+    if let (Some(Params::FairShare(fs)), Some(h)) = (params.as_ref(), hot_keys.as_ref())
+        && let Some(m) = super::fair_share::lease_problem(h, fs)
+    {
+        f.bad("hot_keys.lease", m);
     }
 
     let store = f.string("store", false);
