@@ -161,4 +161,30 @@ mod tests {
         assert_eq!(o.retry_after, 6 * MILLI);
         assert!(evaluate(&p, Some(&st), &req(10 * MILLI, 1)).allowed);
     }
+
+    /// A caller that cannot wait gets no delay from a daemon's local queue either: when the
+    /// store fails, the local fallback runs the call `without_waiting` already changed.
+    #[test]
+    fn the_local_fallback_of_a_call_without_waiting_does_not_wait() {
+        let set = crate::rules::parse_yaml(
+            "domain: sms\nrules:\n  - { id: q, key: [user], algorithm: leaky_queue, rate_per_s: 50, max_delay: 2s, on_store_failure: local }\n",
+        )
+        .expect("valid rules");
+        let dom = set.domain("sms").expect("domain");
+        let d = crate::matching::desc(&[("user", "u")]);
+        let mut p = crate::decision::plan(dom, &d, SECOND, 1, "r", |_| Remote::default());
+        let max_delay = |c: &crate::batch::Call| match c.items[0].params {
+            Params::LeakyQueue { max_delay, .. } => max_delay,
+            ref other => panic!("{other:?}"),
+        };
+        let local = p.fallback(0, 500).expect("a local rule");
+        assert_eq!(max_delay(&local), 2 * SECOND, "one that can wait, waits");
+        without_waiting(&mut p.calls[0].call);
+        let local = p.fallback(0, 500).expect("a local rule");
+        assert_eq!(max_delay(&local), 0);
+        // Its queue at half the rate: a second request at once is refused, not delayed.
+        let st = take(&local.items[0].params, None, &req(SECOND, 1)).0;
+        let o = evaluate(&local.items[0].params, Some(&st), &req(SECOND, 1));
+        assert!(!o.allowed && o.delay() == 0, "{o:?}");
+    }
 }
