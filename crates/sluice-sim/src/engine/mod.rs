@@ -35,6 +35,10 @@
 //!   records comes from `sluice_core::ship::observations`, as in the daemon;
 //! - a store failover replays the calls the replica had received `lost_ms` before: writes
 //!   more recent than that are lost;
+//! - named stores (`[stores.NAME]`): each call goes to `Plan::store_of`'s store, through the
+//!   daemon's guard and local buckets of that store; each store draws its own latency and
+//!   serialises its own calls, and a request whose calls reach several executes when the
+//!   last of them would have run its call (in that store's FIFO);
 //! - gossip messages go from each shipping daemon to every daemon of every other region that
 //!   is up, each with its own delay draw and loss; a partition drops them, in flight too.
 //!   With `shippers = "region_sender"` they take the daemon's hops instead: to the region's
