@@ -203,6 +203,18 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
 /// buffers, so a request shaped like an earlier one allocates nothing. Entries past the
 /// rules that apply are dropped.
 pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Applied<'a>>) {
+    applicable_reusing(domain, d, out, &mut Vec::new());
+}
+
+/// [`applicable_into`], an entry added past `out`'s taking its identity and key buffers from
+/// `spare` (a recycled plan's, [`crate::decision::Spare`]), so a plan that outlived its rule
+/// set's borrows still allocates nothing for a request shaped like an earlier one.
+pub(crate) fn applicable_reusing<'a>(
+    domain: &'a Domain,
+    d: &Descriptors,
+    out: &mut Vec<Applied<'a>>,
+    spare: &mut Vec<(String, String)>,
+) {
     let idx = &domain.index;
     let seen = idx.seen(d);
     let hits = idx.hits(d, &seen);
@@ -245,11 +257,12 @@ pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Ap
             continue;
         }
         if n == out.len() {
+            let (identity, key) = spare.pop().unwrap_or_default();
             out.push(Applied {
                 rule: r,
                 params: Cow::Borrowed(&r.params),
-                identity: String::new(),
-                key: String::new(),
+                identity,
+                key,
                 factor: 1,
                 split: None,
                 store: None,
