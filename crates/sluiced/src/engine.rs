@@ -14,7 +14,7 @@ use futures_util::FutureExt as _;
 use sluice_control::Published;
 use sluice_core::algo::{Kind, MAX_LIMIT};
 use sluice_core::breaker::{BreakerConfig, BreakerState};
-use sluice_core::decision::{Answer, Code, Decision, plan};
+use sluice_core::decision::{Answer, Code, Decision, Plan, Spare, plan_into};
 use sluice_core::guard::{Admit, Ended, StoreGuard, Ticket, Transition};
 use sluice_core::matching::{Descriptors, InputError, applicable};
 use sluice_core::{Micros, Remote};
@@ -420,7 +420,8 @@ impl Engine {
         wait: bool,
     ) -> Decision {
         let remote = self.remote.as_deref();
-        let mut p = plan(dom, d, now, cost, request_id, |a| {
+        let mut p = Plan::from_spare(take_spare());
+        plan_into(&mut p, dom, d, now, cost, request_id, |a| {
             remote
                 .map(|r| r.remote(&a.key, &a.params, now))
                 .unwrap_or_default()
@@ -464,6 +465,7 @@ impl Engine {
                 });
             }
         }
+        put_spare(p.into_spare());
         decision
     }
 
@@ -731,6 +733,32 @@ impl Drop for HeldTicket<'_> {
 
 /// The decision log of shadow rules: one structured line per would-be refusal (rule,
 /// identity, the wait it would have imposed), for an operator deciding whether to enforce.
+/// Most plan buffers a thread keeps idle (past them a finished check's are dropped).
+const SPARES_PER_THREAD: usize = 8;
+
+thread_local! {
+    /// Finished checks' plan buffers ([`Spare`]): taken before planning, given back once
+    /// decided, so a request shaped like an earlier one plans without allocating. Per
+    /// thread, so no lock; none is held across an await (a check that moved threads gives
+    /// its buffers to the other thread's).
+    static SPARES: std::cell::RefCell<Vec<Spare>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A finished check's plan buffers, or new ones.
+fn take_spare() -> Spare {
+    SPARES.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+}
+
+/// Keeps a check's plan buffers for the next one on this thread.
+fn put_spare(spare: Spare) {
+    SPARES.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARES_PER_THREAD {
+            s.push(spare);
+        }
+    });
+}
+
 fn log_shadow(p: &sluice_core::decision::Plan<'_>, answers: &[Answer]) {
     for (pc, ans) in p.calls.iter().zip(answers) {
         let Answer::Done(r) = ans else { continue };
