@@ -153,3 +153,129 @@ async fn a_named_store_down_degrades_only_the_identities_counted_there() {
         ]
     );
 }
+
+/// A store that is down until it is switched up, then a memory store.
+struct Switch {
+    up: std::sync::atomic::AtomicBool,
+    mem: MemoryStore,
+}
+
+impl Store for Switch {
+    fn check<'a>(
+        &'a self,
+        call: &'a sluice_core::batch::Call,
+    ) -> BoxFuture<'a, Result<sluice_core::batch::CallResult, StoreError>> {
+        if self.up.load(Ordering::SeqCst) {
+            self.mem.check(call)
+        } else {
+            Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+        }
+    }
+    fn release<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Ok(false) })
+    }
+    fn outages(&self) -> bool {
+        true
+    }
+    fn kind(&self) -> &'static str {
+        "switch"
+    }
+}
+
+/// A daily quota of k=big counts in bigcorp. While bigcorp is down its admissions (decided on
+/// the local buckets) go to bigcorp's journal, not the main store's; once bigcorp is up, that
+/// journal replays them into bigcorp, so the day's total there holds the outage's admissions.
+#[tokio::test]
+async fn a_named_stores_journal_replays_its_outages_admissions_into_that_store() {
+    const QUOTA: &str = r#"
+domain: api
+rules:
+  - { id: day, key: [k], algorithm: fixed_window, limit: 10, window: 1d, on_store_failure: local }
+overrides:
+  - { identity: { k: big }, rule: day, store: bigcorp }
+"#;
+    let dir = sluice_testkit::TempDir::new("named-journal").expect("temp dir");
+    let main = Arc::new(MemoryStore::new(1000));
+    let big = Arc::new(Switch {
+        up: false.into(),
+        mem: MemoryStore::new(1000),
+    });
+    let mut e = Engine::new(
+        Published::new(parse_yaml(QUOTA).expect("rules")),
+        main.clone(),
+        Arc::new(Metrics::default()),
+        500,
+        Duration::from_secs(1),
+        "t".into(),
+        breaker(),
+    );
+    let open = |name: &str| {
+        Arc::new(sluiced::journal::Journal::open(dir.path().join(name)).expect("a journal"))
+    };
+    e.journal = Some(open("journal"));
+    let mut b = Backend::new(
+        "bigcorp",
+        big.clone(),
+        None,
+        Duration::from_secs(1),
+        breaker(),
+    );
+    b.journal = Some(open("journal.bigcorp"));
+    e.add_store(b);
+
+    // Local buckets at half: 5 of 10 admitted through the outage, each journaled.
+    let got = codes(&e, "big", 7).await;
+    assert_eq!(
+        got.iter().filter(|(c, _)| *c == Code::Ok).count(),
+        5,
+        "{got:?}"
+    );
+    let main_j = e.journal.clone().expect("main journal");
+    let big_j = e
+        .named_stores()
+        .iter()
+        .find(|b| &*b.name == "bigcorp")
+        .and_then(|b| b.journal.clone())
+        .expect("bigcorp's journal");
+    assert_eq!((main_j.backlog(), big_j.backlog()), (0, 5));
+
+    // Still down: a replay keeps every entry.
+    let now = e.now();
+    assert_eq!(
+        big_j
+            .replay(big.as_ref(), now, Duration::from_secs(1))
+            .await,
+        (0, 5)
+    );
+    big.up.store(true, Ordering::SeqCst);
+    assert_eq!(
+        big_j
+            .replay(big.as_ref(), now, Duration::from_secs(1))
+            .await,
+        (5, 0)
+    );
+    assert_eq!(big_j.backlog(), 0);
+    // bigcorp's day now counts the 5; the main store never saw k=big.
+    let key =
+        sluice_core::keys::store_key("api|k=big", "day", sluice_core::algo::Kind::FixedWindow);
+    let window = sluice_core::algo::Window::Epoch(86_400 * 1_000_000);
+    let (start, _) = window.bounds(now);
+    let stored = big
+        .mem
+        .get(&format!("{key}:{start}"), now)
+        .or_else(|| big.mem.get(&key, now));
+    assert!(
+        matches!(
+            stored,
+            Some(sluice_core::State::FixedWindow { count: 5, .. })
+        ),
+        "{stored:?}"
+    );
+    assert!(main.get(&format!("{key}:{start}"), now).is_none());
+    assert!(main.get(&key, now).is_none());
+}
