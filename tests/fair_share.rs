@@ -124,32 +124,7 @@ fn tenants_borrow_an_idle_parent_and_are_squeezed_to_their_shares_when_it_is_bus
             offer(chans.clone(), "B", "silver", 2.0 * RATE, run),
             offer(chans.clone(), "C", "bronze", 2.0 * RATE, run),
         );
-        let mut all = a.clone();
-        all.add(&b);
-        all.add(&c);
-        let span = all.span().as_secs_f64();
-        let per_s = |l: &Load| l.allowed as f64 / span;
-        println!(
-            "busy: A {:.1}/s, B {:.1}/s, C {:.1}/s, total {:.1}/s over {span:.2} s (shares 30, 15, 15; parent {RATE}/s)",
-            per_s(&a),
-            per_s(&b),
-            per_s(&c),
-            per_s(&all)
-        );
-        assert_eq!(all.errors, 0, "{all:?}");
-        // Never more than the parent, whoever asked.
-        assert!(all.allowed as f64 <= BURST + RATE * span, "{all:?}");
-        for (name, l, share) in [("A", &a, 0.5), ("B", &b, 0.25), ("C", &c, 0.25)] {
-            let own = share * RATE * span;
-            // Its own bucket's burst and refill, what the reserve lent at the start, and the
-            // band for stalls.
-            let ceiling = share * BURST + own + (BURST - RESERVE) + 0.2 * own;
-            assert!(
-                (l.allowed as f64) >= 0.8 * own && (l.allowed as f64) <= ceiling,
-                "{name}: {} admitted, share {own:.0} in {span:.2} s: {l:?}",
-                l.allowed
-            );
-        }
+        held_to_shares("busy", [&a, &b, &c], RATE, BURST, RESERVE, 0.0);
     });
 }
 
@@ -189,30 +164,9 @@ fn leased_tenants_keep_their_shares_with_a_store_call_a_batch() {
         )
     });
     let store_calls = calls(&nodes) - before;
-    let mut all = a.clone();
-    all.add(&b);
-    all.add(&c);
-    let span = all.span().as_secs_f64();
+    let all = held_to_shares("leased", [&a, &b, &c], RATE, BURST, RESERVE, 2.0 * BATCH);
     let checks = all.allowed + all.denied;
-    let per_s = |l: &Load| l.allowed as f64 / span;
-    println!(
-        "leased: A {:.1}/s, B {:.1}/s, C {:.1}/s, total {:.1}/s over {span:.2} s (shares 150, 75, 75; parent {RATE}/s); {checks} checks, {store_calls} store calls",
-        per_s(&a),
-        per_s(&b),
-        per_s(&c),
-        per_s(&all)
-    );
-    assert_eq!(all.errors, 0, "{all:?}");
-    assert!(all.allowed as f64 <= BURST + RATE * span, "{all:?}");
-    for (name, l, share) in [("A", &a, 0.5), ("B", &b, 0.25), ("C", &c, 0.25)] {
-        let own = share * RATE * span;
-        let ceiling = share * BURST + own + (BURST - RESERVE) + 2.0 * BATCH + 0.2 * own;
-        assert!(
-            (l.allowed as f64) >= 0.8 * own && (l.allowed as f64) <= ceiling,
-            "{name}: {} admitted, share {own:.0} in {span:.2} s: {l:?}",
-            l.allowed
-        );
-    }
+    println!("leased: {checks} checks, {store_calls} store calls");
     // A call a request would be `checks` calls; leases make it about one per batch admitted
     // (refused leases and give-backs besides).
     assert!(
@@ -251,6 +205,48 @@ fn leased_tenants_keep_their_shares_with_a_store_call_a_batch() {
         2 * (BATCH as u64 - 1),
         "each daemon's fresh batch less its one request"
     );
+}
+
+/// A, B and C's loads (shares 0.5, 0.25, 0.25 of a parent of `rate` and `burst`) held to the
+/// parent and each to its share: its own bucket's burst and refill, what the reserve lent at
+/// the start, `slack` (units leased and still held when the parent turned busy) and a band
+/// of 20% for a loaded machine's stalls. The three together.
+fn held_to_shares(
+    what: &str,
+    l: [&Load; 3],
+    rate: f64,
+    burst: f64,
+    reserve: f64,
+    slack: f64,
+) -> Load {
+    let mut all = l[0].clone();
+    all.add(l[1]);
+    all.add(l[2]);
+    let span = all.span().as_secs_f64();
+    let per_s = |l: &Load| l.allowed as f64 / span;
+    println!(
+        "{what}: A {:.1}/s, B {:.1}/s, C {:.1}/s, total {:.1}/s over {span:.2} s (shares {}, {}, {}; parent {rate}/s)",
+        per_s(l[0]),
+        per_s(l[1]),
+        per_s(l[2]),
+        per_s(&all),
+        rate / 2.0,
+        rate / 4.0,
+        rate / 4.0,
+    );
+    assert_eq!(all.errors, 0, "{all:?}");
+    // Never more than the parent, whoever asked.
+    assert!(all.allowed as f64 <= burst + rate * span, "{all:?}");
+    for ((name, l), share) in ["A", "B", "C"].into_iter().zip(l).zip([0.5, 0.25, 0.25]) {
+        let own = share * rate * span;
+        let ceiling = share * burst + own + (burst - reserve) + slack + 0.2 * own;
+        assert!(
+            (l.allowed as f64) >= 0.8 * own && (l.allowed as f64) <= ceiling,
+            "{name}: {} admitted, share {own:.0} in {span:.2} s: {l:?}",
+            l.allowed
+        );
+    }
+    all
 }
 
 /// Waits until neither daemon holds a lease (each gone back after 250 ms quiet), failing on

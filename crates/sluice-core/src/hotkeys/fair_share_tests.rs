@@ -44,11 +44,12 @@ fn check(set: &RuleSet, layer: &mut Layer, store: &mut Mem, k: &str, now: Micros
         .allowed
 }
 
-/// The parent's tokens at `now`, read as the plain token bucket it is stored as.
-fn parent_tokens(store: &Mem, now: Micros) -> u64 {
+/// Tokens at `now` in the bucket of `rate`/s and `burst` stored under `key` (each half of a
+/// fair share is stored as a plain token bucket).
+fn tokens(store: &Mem, key: &str, rate: u64, burst: u64, now: Micros) -> u64 {
     let params = Params::TokenBucket {
-        rate: crate::algo::Rate::per_second(100),
-        burst: 100,
+        rate: crate::algo::Rate::per_second(rate),
+        burst,
     };
     let req = Request {
         now,
@@ -56,7 +57,17 @@ fn parent_tokens(store: &Mem, now: Micros) -> u64 {
         request_id: "",
         remote: Remote::default(),
     };
-    evaluate(&params, store.states.get("sl:{api}:t:backend"), &req).remaining
+    evaluate(&params, store.states.get(key), &req).remaining
+}
+
+/// The parent's tokens at `now`.
+fn parent_tokens(store: &Mem, now: Micros) -> u64 {
+    tokens(store, "sl:{api}:t:backend", 100, 100, now)
+}
+
+/// Whether tenant b's own bucket (25/s, burst 25) is full at `now`.
+fn child_full(store: &Mem, now: Micros) -> bool {
+    tokens(store, "sl:{api}:t:backend|api|k=b", 25, 25, now) == 25
 }
 
 /// What a run admitted: per tenant, every admission's time, and the store calls.
@@ -205,27 +216,6 @@ fn a_quiet_lease_gives_its_units_back_to_the_parent() {
         child_full(&store, at),
         "the tenant's own bucket never charged"
     );
-}
-
-/// Whether tenant b's own bucket is full at `now`.
-fn child_full(store: &Mem, now: Micros) -> bool {
-    let params = Params::TokenBucket {
-        rate: crate::algo::Rate::per_second(25),
-        burst: 25,
-    };
-    let req = Request {
-        now,
-        cost: 0,
-        request_id: "",
-        remote: Remote::default(),
-    };
-    evaluate(
-        &params,
-        store.states.get("sl:{api}:t:backend|api|k=b"),
-        &req,
-    )
-    .remaining
-        == 25
 }
 
 /// While the parent is busy a lease is taken on the guaranteed path, charging both; what it
