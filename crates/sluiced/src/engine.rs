@@ -15,7 +15,7 @@ use sluice_control::Published;
 use sluice_core::algo::{Kind, MAX_LIMIT};
 use sluice_core::breaker::{BreakerConfig, BreakerState};
 use sluice_core::decision::{Answer, Code, Decision, Plan, Spare, plan_into};
-use sluice_core::guard::{Admit, Ended, StoreGuard, Ticket, Transition};
+use sluice_core::guard::{Admit, Ended, StoreGuard, Transition};
 use sluice_core::matching::{Descriptors, InputError, applicable};
 use sluice_core::{Micros, Remote};
 use sluice_store::{MemoryStore, Store, StoreError};
@@ -23,6 +23,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod held;
+use held::{HeldTicket, LeaseInFlight, Target};
 
 /// Why a check was refused as input (HTTP 400 / gRPC `INVALID_ARGUMENT`).
 #[derive(Debug, thiserror::Error)]
@@ -631,108 +634,6 @@ impl Engine {
     }
 }
 
-/// A lease call in flight: dropped before [`LeaseInFlight::done`] (the call failed, or the
-/// check was cancelled), it tells the layer so the key's other requests stop waiting, and
-/// wakes them either way.
-struct LeaseInFlight<'a> {
-    hot: &'a crate::hot::HotKeys,
-    shard: usize,
-    pc: &'a sluice_core::decision::PlannedCall,
-    armed: bool,
-}
-
-impl<'a> LeaseInFlight<'a> {
-    fn new(
-        hot: &'a crate::hot::HotKeys,
-        shard: usize,
-        pc: &'a sluice_core::decision::PlannedCall,
-        sent: sluice_core::hotkeys::Sent,
-    ) -> LeaseInFlight<'a> {
-        LeaseInFlight {
-            hot,
-            shard,
-            pc,
-            armed: matches!(sent, sluice_core::hotkeys::Sent::Lease { .. }),
-        }
-    }
-
-    /// The layer has the answer: just wake the waiters.
-    fn done(mut self) {
-        if self.armed {
-            self.armed = false;
-            self.hot.wake(self.shard).notify_waiters();
-        }
-    }
-}
-
-impl Drop for LeaseInFlight<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.hot.lock(self.shard).lease_failed(self.pc);
-            self.hot.wake(self.shard).notify_waiters();
-        }
-    }
-}
-
-/// What a call to one store goes through: the main store's parts of the engine, or a named
-/// store's ([`crate::stores::Backend`]).
-struct Target<'a> {
-    name: &'a str,
-    store: &'a dyn Store,
-    timeout: Duration,
-    guards: &'a [Mutex<StoreGuard>],
-    local: &'a MemoryStore,
-    latency: &'a crate::metrics::Histogram,
-    failures: &'a crate::stores::FailureAnswers,
-    journal: Option<&'a Arc<crate::journal::Journal>>,
-}
-
-impl Target<'_> {
-    fn shard(&self, key: &str) -> usize {
-        self.store.shard_of(key) % BREAKERS
-    }
-}
-
-/// A guard's ticket held across a store call's await. Dropped without [`HeldTicket::done`]
-/// (the check was cancelled mid-call), it abandons the ticket, so a half-open probe frees its
-/// place instead of leaking it.
-struct HeldTicket<'a> {
-    guards: &'a [Mutex<StoreGuard>],
-    shard: usize,
-    ticket: Option<Ticket>,
-}
-
-impl<'a> HeldTicket<'a> {
-    fn new(
-        guards: &'a [Mutex<StoreGuard>],
-        shard: usize,
-        ticket: Option<Ticket>,
-    ) -> HeldTicket<'a> {
-        HeldTicket {
-            guards,
-            shard,
-            ticket,
-        }
-    }
-
-    /// The ticket, for telling the guard how the call ended.
-    fn done(mut self) -> Option<Ticket> {
-        self.ticket.take()
-    }
-}
-
-impl Drop for HeldTicket<'_> {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take()
-            && let Some(mut g) = crate::stores::lock(self.guards, self.shard)
-        {
-            g.abandon(t);
-        }
-    }
-}
-
-/// The decision log of shadow rules: one structured line per would-be refusal (rule,
-/// identity, the wait it would have imposed), for an operator deciding whether to enforce.
 /// Most plan buffers a thread keeps idle (past them a finished check's are dropped).
 const SPARES_PER_THREAD: usize = 8;
 
@@ -759,6 +660,8 @@ fn put_spare(spare: Spare) {
     });
 }
 
+/// The decision log of shadow rules: one structured line per would-be refusal (rule,
+/// identity, the wait it would have imposed), for an operator deciding whether to enforce.
 fn log_shadow(p: &sluice_core::decision::Plan<'_>, answers: &[Answer]) {
     for (pc, ans) in p.calls.iter().zip(answers) {
         let Answer::Done(r) = ans else { continue };

@@ -7,7 +7,8 @@
 //! # Layout
 //!
 //! - [`config`]: the config file and its defaults.
-//! - [`engine`]: the hot path around the core.
+//! - [`engine`]: the hot path around the core (`engine/held.rs`: what a call holds across its
+//!   await and undoes when cancelled).
 //! - [`clock`]: the engine's wall and monotonic clocks, given from outside.
 //! - [`http`]: HTTP JSON API, health, metrics.
 //! - [`unary`]: the gRPC port, a lean unary gRPC server on HTTP/2.
