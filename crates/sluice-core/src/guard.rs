@@ -28,6 +28,7 @@ use crate::algo::{Params, Window};
 use crate::batch::{Call, CallResult};
 use crate::breaker::{Breaker, BreakerConfig, BreakerState, Permit};
 use crate::decision::{Answer, Decision, Plan};
+use crate::rules::FailureMode;
 use crate::time::{Micros, SECOND};
 
 /// Fixed windows at least this long are quotas worth journaling: a daily or monthly total
@@ -186,6 +187,31 @@ pub fn answer(
             local: p.fallback(i, local_permille).and_then(|c| local(&c)),
         },
     }
+}
+
+/// How the rules of a call the store failed were answered, by their failure mode: what the
+/// daemon's per-store failure counters and the simulator's report add up, from one count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailureTally {
+    /// Rules answered as if admitted (`on_store_failure: open`).
+    pub open: u64,
+    /// Rules answered with a refusal (`closed`).
+    pub closed: u64,
+    /// Rules answered by the daemon's local buckets (`local`).
+    pub local: u64,
+}
+
+/// [`FailureTally`] of call `i` of `p`, to count when that call failed.
+pub fn failure_tally(p: &Plan<'_>, i: usize) -> FailureTally {
+    let mut t = FailureTally::default();
+    for &ri in p.calls.get(i).map_or(&[][..], |pc| &pc.rules[..]) {
+        match p.applied[ri].rule.on_store_failure {
+            FailureMode::Open => t.open += 1,
+            FailureMode::Closed => t.closed += 1,
+            FailureMode::Local => t.local += 1,
+        }
+    }
+    t
 }
 
 /// What an admitted request journals: `(store, key, window, units)` of each quota-sized

@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::report::thousands;
 use crate::scenario::Scenario;
 use serde::Serialize;
-use sluice_core::rules::FailureMode;
+use sluice_core::guard::FailureTally;
 use std::fmt::Write as _;
 
 /// The counters of one store (every region's copy of it, every daemon's guard of it), kept
@@ -35,14 +35,12 @@ pub struct StoreCounters {
 }
 
 impl StoreCounters {
-    /// Counts one rule answered by its failure mode `mode`, as the daemon's
-    /// `stores::FailureAnswers` does.
-    pub fn answered_by(&mut self, mode: FailureMode) {
-        match mode {
-            FailureMode::Open => self.answered_open += 1,
-            FailureMode::Closed => self.answered_closed += 1,
-            FailureMode::Local => self.answered_local += 1,
-        }
+    /// Counts the rules of one failed call by how they were answered, the daemon's tally
+    /// (`guard::failure_tally`).
+    pub fn answered(&mut self, t: FailureTally) {
+        self.answered_open += t.open;
+        self.answered_closed += t.closed;
+        self.answered_local += t.local;
     }
 
     /// Adds `o`'s counts.

@@ -498,9 +498,7 @@ impl Engine {
         let local = tg.as_ref().map_or(&self.local, |t| t.local);
         if r.is_err() {
             let failures = tg.as_ref().map_or(&self.failures, |t| t.failures);
-            for &ri in &p.calls[i].rules {
-                failures.count(p.applied[ri].rule.on_store_failure);
-            }
+            failures.add(sluice_core::guard::failure_tally(p, i));
         }
         sluice_core::guard::answer(p, i, r.ok(), self.local_permille, |c| {
             local.check_sync(c).ok()

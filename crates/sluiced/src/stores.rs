@@ -9,8 +9,7 @@
 
 use crate::metrics::Histogram;
 use sluice_core::breaker::{BreakerConfig, BreakerState};
-use sluice_core::guard::StoreGuard;
-use sluice_core::rules::FailureMode;
+use sluice_core::guard::{FailureTally, StoreGuard};
 use sluice_store::{MemoryStore, Store};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,14 +25,11 @@ pub struct FailureAnswers {
 }
 
 impl FailureAnswers {
-    /// Counts one rule answered by `mode`.
-    pub fn count(&self, mode: FailureMode) {
-        match mode {
-            FailureMode::Open => &self.open,
-            FailureMode::Closed => &self.closed,
-            FailureMode::Local => &self.local,
-        }
-        .fetch_add(1, Ordering::Relaxed);
+    /// Counts the rules of one failed call by how they were answered.
+    pub fn add(&self, t: FailureTally) {
+        self.open.fetch_add(t.open, Ordering::Relaxed);
+        self.closed.fetch_add(t.closed, Ordering::Relaxed);
+        self.local.fetch_add(t.local, Ordering::Relaxed);
     }
 
     /// `(mode, count)` for rendering.

@@ -236,11 +236,9 @@ impl<'a> Sim<'a> {
             per_store.calls += calls;
             if res.is_none() {
                 per_store.failures += 1;
-                // Each rule of the failed call answered by its failure mode, as the daemon
-                // counts them per store.
-                for &ai in &pc.rules {
-                    per_store.answered_by(plan.applied[ai].rule.on_store_failure);
-                }
+                // Each rule of the failed call answered by its failure mode, counted as the
+                // daemon counts them per store.
+                per_store.answered(sluice_core::guard::failure_tally(&plan, i));
             }
             let local = &self.regions[r].daemons[d].stores[slot].local;
             answers.push(sluice_core::guard::answer(&plan, i, res, permille, |c| {
