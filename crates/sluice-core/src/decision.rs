@@ -228,6 +228,8 @@ pub struct Plan<'a> {
     /// Identity and key buffers of a recycled plan's rules ([`Spare`]), for the next rules
     /// that apply.
     spare: Vec<(String, String)>,
+    /// Matching's working buffers.
+    scratch: crate::matching::Scratch,
 }
 
 mod spare;
@@ -275,8 +277,9 @@ pub fn plan_into<'a>(
         applied,
         calls,
         spare,
+        scratch,
     } = p;
-    crate::matching::applicable_reusing(domain, d, applied, spare);
+    crate::matching::applicable_reusing(domain, d, applied, spare, scratch);
     for a in applied.iter_mut().filter(|a| a.rule.hot_keys.split > 1) {
         crate::hotkeys::split::apply(a, request_id);
     }
@@ -438,8 +441,9 @@ impl Plan<'_> {
         d.decided_by = None;
         d.retry_after_ms = 0;
         d.delay_ms = 0;
-        d.policies.clear();
-        d.policies.reserve(self.applied.len());
+        // `d.policies[..n]` are this decision's; the rest are the last one's, overwritten in
+        // place (a rule's id and title stay shared when the same rule is there again).
+        let mut n = 0;
         d.shadow_denied.clear();
         d.rules_version = rules_version;
         d.holds_slot = false;
@@ -477,7 +481,11 @@ impl Plan<'_> {
                     }
                     continue;
                 }
-                let status = status(a, outcome.as_ref(), via);
+                match d.policies.get_mut(n) {
+                    Some(p) => status_into(p, a, outcome.as_ref(), via),
+                    None => d.policies.push(status(a, outcome.as_ref(), via)),
+                }
+                let status = &d.policies[n];
                 if let Some(o) = &outcome {
                     d.delay_ms = d.delay_ms.max(ceil_millis(o.delay()));
                 }
@@ -486,11 +494,12 @@ impl Plan<'_> {
                     && status.via != Via::FailedClosed
                     && longest.is_none_or(|(ms, _)| status.retry_after_ms > ms)
                 {
-                    longest = Some((status.retry_after_ms, d.policies.len()));
+                    longest = Some((status.retry_after_ms, n));
                 }
-                d.policies.push(status);
+                n += 1;
             }
         }
+        d.policies.truncate(n);
         if longest.is_some() || unavailable {
             // Refused requests do not leave, so nothing waits.
             d.delay_ms = 0;
@@ -533,48 +542,63 @@ fn took_slot(a: &Applied<'_>, o: &Outcome, ans: &Answer, cost: u64, enforce: boo
 /// is left of it now and when that changes ([`reset_secs`]). `outcome` is `None` when the
 /// store failed and no local bucket answered (`via` says how the rule went then).
 fn status(a: &Applied<'_>, outcome: Option<&Outcome>, via: Via) -> PolicyStatus {
+    let mut p = PolicyStatus {
+        id: a.rule.id.clone(),
+        limit: 0,
+        window_s: 0,
+        remaining: 0,
+        reset_s: 0,
+        allowed: false,
+        retry_after_ms: 0,
+        headers: a.rule.headers,
+        via,
+        unit: QuotaUnit::Requests,
+        title: a.rule.title.clone(),
+    };
+    status_into(&mut p, a, outcome, via);
+    p
+}
+
+/// [`status`] into `p`, overwriting it: the rule's id and title are cloned only when `p`
+/// holds another rule's.
+fn status_into(p: &mut PolicyStatus, a: &Applied<'_>, outcome: Option<&Outcome>, via: Via) {
     let rule = a.rule;
+    if !Arc::ptr_eq(&p.id, &rule.id) {
+        p.id = rule.id.clone();
+    }
+    let same_title = match (&p.title, &rule.title) {
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        (None, None) => true,
+        _ => false,
+    };
+    if !same_title {
+        p.title = rule.title.clone();
+    }
+    p.headers = rule.headers;
+    p.via = via;
     // A split rule's client sees the whole rule, not the sub-count it counted under.
     let whole = a.split.as_ref().map_or(a.params.as_ref(), |sp| &sp.whole);
-    let (limit, window_s) = advertised(whole);
+    (p.limit, p.window_s) = advertised(whole);
+    p.unit = QuotaUnit::of(whole);
     let Some(o) = outcome else {
         let closed = via == Via::FailedClosed;
-        return PolicyStatus {
-            id: rule.id.clone(),
-            limit,
-            window_s,
-            remaining: if closed { 0 } else { whole.limit() },
-            reset_s: 1,
-            allowed: !closed,
-            retry_after_ms: if closed { 1000 } else { 0 },
-            headers: rule.headers,
-            via,
-            unit: QuotaUnit::of(whole),
-            title: rule.title.clone(),
-        };
+        p.remaining = if closed { 0 } else { whole.limit() };
+        p.reset_s = 1;
+        p.allowed = !closed;
+        p.retry_after_ms = if closed { 1000 } else { 0 };
+        return;
     };
-    let retry_after_ms = if o.allowed {
+    p.retry_after_ms = if o.allowed {
         0
     } else {
         ceil_millis(o.retry_after)
     };
-    let remaining = match &a.split {
+    p.remaining = match &a.split {
         Some(sp) => sp.remaining(o.remaining, o.limit),
         None => o.remaining,
     };
-    PolicyStatus {
-        id: rule.id.clone(),
-        limit,
-        window_s,
-        remaining,
-        reset_s: reset_secs(&a.params, o, retry_after_ms),
-        allowed: o.allowed,
-        retry_after_ms,
-        headers: rule.headers,
-        via,
-        unit: QuotaUnit::of(whole),
-        title: rule.title.clone(),
-    }
+    p.reset_s = reset_secs(&a.params, o, p.retry_after_ms);
+    p.allowed = o.allowed;
 }
 
 /// A token bucket's or GCRA's sustained rate as `(q, w)`: `q` tokens every `w` seconds. The

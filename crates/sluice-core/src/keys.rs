@@ -159,14 +159,22 @@ pub fn split_identity(identity: &str) -> (&str, Option<u32>) {
     (identity, None)
 }
 
+/// The bytes [`push_escaped`] escapes, by value.
+const ESCAPED: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'%' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b'|' as usize] = true;
+    t[b'=' as usize] = true;
+    t
+};
+
 /// Escapes what would end a hash tag (`{ }`) or blur the identity's structure (`| =`, and
 /// `%` itself) in a domain or a descriptor value, appending to `out`; [`unescape`] reverses it.
 pub fn push_escaped(out: &mut String, s: &str) {
-    // Most values need no escape: copy them whole.
-    if !s
-        .bytes()
-        .any(|b| matches!(b, b'%' | b'{' | b'}' | b'|' | b'='))
-    {
+    // Most values need no escape: copy them whole (one table load a byte to find out).
+    if !s.bytes().any(|b| ESCAPED[usize::from(b)]) {
         out.push_str(s);
         return;
     }

@@ -5,13 +5,27 @@
 use crate::algo::Params;
 use crate::hash::rollout_bucket;
 use crate::keys::push_escaped;
-use crate::rules::{Domain, KeyField, Mode, Override, Rule};
-use smallvec::SmallVec;
+use crate::rules::{Domain, KeyField, Mode, Rule};
 use std::borrow::Cow;
 
 pub mod addr;
 mod index;
 pub(crate) use index::Index;
+use index::Seen;
+
+/// What matching one request needs besides its result, kept by a caller that matches often
+/// (a [`crate::decision::Plan`]) so a request allocates and zeroes nothing: the descriptors
+/// in the index's numbers, the candidate rules, each group's best so far, the overrides that
+/// hold and the rules applied so far.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scratch {
+    seen: Seen,
+    hits: Vec<u32>,
+    /// `(group number, specificity, rule)` of each group's best rule.
+    best: Vec<(u32, u32, u32)>,
+    overrides: Vec<u32>,
+    applied: Vec<usize>,
+}
 
 /// Most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 32;
@@ -203,47 +217,55 @@ pub fn applicable<'a>(domain: &'a Domain, d: &Descriptors) -> Vec<Applied<'a>> {
 /// buffers, so a request shaped like an earlier one allocates nothing. Entries past the
 /// rules that apply are dropped.
 pub fn applicable_into<'a>(domain: &'a Domain, d: &Descriptors, out: &mut Vec<Applied<'a>>) {
-    applicable_reusing(domain, d, out, &mut Vec::new());
+    applicable_reusing(domain, d, out, &mut Vec::new(), &mut Scratch::default());
 }
 
 /// [`applicable_into`], an entry added past `out`'s taking its identity and key buffers from
 /// `spare` (a recycled plan's, [`crate::decision::Spare`]), so a plan that outlived its rule
-/// set's borrows still allocates nothing for a request shaped like an earlier one.
+/// set's borrows still allocates nothing for a request shaped like an earlier one; `scratch`
+/// holds the working buffers.
 pub(crate) fn applicable_reusing<'a>(
     domain: &'a Domain,
     d: &Descriptors,
     out: &mut Vec<Applied<'a>>,
     spare: &mut Vec<(String, String)>,
+    scratch: &mut Scratch,
 ) {
     let idx = &domain.index;
-    let seen = idx.seen(d);
-    let hits = idx.hits(d, &seen);
-    let hits = hits
-        .iter()
-        .map(|&i| (i as usize, &domain.rules[i as usize]));
+    let Scratch {
+        seen,
+        hits,
+        best,
+        overrides,
+        applied,
+    } = scratch;
+    idx.seen_into(d, seen);
+    idx.hits_into(d, seen, hits);
     // Groups: keep the most specific; `hits` is in file order so the first wins ties.
-    let mut best: SmallVec<[(&str, usize, usize); 4]> = SmallVec::new();
-    for (i, r) in hits.clone() {
-        if let Some(g) = &r.group {
-            match best.iter_mut().find(|(bg, _, _)| *bg == g.as_str()) {
-                Some(slot) if r.specificity() > slot.1 => *slot = (g, r.specificity(), i),
-                Some(_) => {}
-                None => best.push((g, r.specificity(), i)),
-            }
+    best.clear();
+    for &i in hits.iter() {
+        let (g, spec) = idx.group_of(i as usize);
+        if g == u32::MAX {
+            continue;
+        }
+        match best.iter_mut().find(|b| b.0 == g) {
+            Some(slot) if spec > slot.1 => *slot = (g, spec, i),
+            Some(_) => {}
+            None => best.push((g, spec, i)),
         }
     }
-    let kept = hits.filter(|(i, r)| match &r.group {
-        None => true,
-        Some(g) => best.iter().any(|(bg, _, bi)| bg == g && bi == i),
-    });
 
-    let ids = idx.override_candidates(&seen);
-    let ovs: SmallVec<[&Override; 4]> = ids
+    idx.override_candidates_into(seen, overrides);
+    overrides.retain(|&i| {
+        let o = &domain.overrides[i as usize];
+        o.identity.iter().all(|(k, v)| d.get(k) == Some(v.as_str()))
+    });
+    let ovs = &overrides[..];
+    let ov_of = |i: u32| &domain.overrides[i as usize];
+    if ovs
         .iter()
-        .map(|&i| &domain.overrides[i as usize])
-        .filter(|o| o.identity.iter().all(|(k, v)| d.get(k) == Some(v.as_str())))
-        .collect();
-    if ovs.iter().any(|o| o.exempt && o.rule.is_none()) {
+        .any(|&o| ov_of(o).exempt && ov_of(o).rule.is_none())
+    {
         out.clear();
         return;
     }
@@ -251,8 +273,14 @@ pub(crate) fn applicable_reusing<'a>(
     // `out[..n]` holds the rules applied so far (rule `applied[k]` in `out[k]`); `out[n]`,
     // when there, is a spare entry whose strings are overwritten.
     let mut n = 0;
-    let mut applied: SmallVec<[usize; 8]> = SmallVec::new();
-    for (i, r) in kept {
+    applied.clear();
+    for &h in hits.iter() {
+        let i = h as usize;
+        let (g, _) = idx.group_of(i);
+        if g != u32::MAX && !best.iter().any(|b| b.0 == g && b.2 == h) {
+            continue;
+        }
+        let r = &domain.rules[i];
         if r.mode == Mode::Off {
             continue;
         }
@@ -278,7 +306,7 @@ pub(crate) fn applicable_reusing<'a>(
                 a.identity.push_str(&done[k].identity);
             }
             None => {
-                if !idx.identity_into(&mut a.identity, i, d, &seen) {
+                if !idx.identity_into(&mut a.identity, i, d, seen) {
                     continue;
                 }
             }
@@ -286,13 +314,16 @@ pub(crate) fn applicable_reusing<'a>(
         if r.rollout_pct < 100 && rollout_bucket(&r.id, &a.identity) >= r.rollout_pct {
             continue;
         }
-        let ov = ovs.iter().find(|o| o.rule.as_deref() == Some(&*r.id));
+        let ov = ovs
+            .iter()
+            .map(|&o| ov_of(o))
+            .find(|o| o.rule.as_deref() == Some(&*r.id));
         a.params = match ov {
             Some(o) if o.exempt => continue,
             Some(o) => Cow::Owned(o.apply(&r.params)),
             None => Cow::Borrowed(&r.params),
         };
-        a.store = crate::stores::chosen(r, ov.copied());
+        a.store = crate::stores::chosen(r, ov);
         a.rule = r;
         a.split = None;
         a.factor = r.cost_factor(d);

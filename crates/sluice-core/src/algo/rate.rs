@@ -148,6 +148,10 @@ impl Rate {
     /// The rate as `(q, w)`: `q` tokens every `w` whole seconds, exactly (`3/500ms` is 6 per
     /// 1 s; `10/1m` is 10 per 60 s), for headers that count in seconds. Saturates `q`.
     pub fn per_whole_seconds(&self) -> (u64, u64) {
+        // Whole seconds already (every `rate_per_s`): the gcd is a second, so `(tokens, s)`.
+        if self.per.is_multiple_of(SECOND) {
+            return (self.tokens, self.per / SECOND);
+        }
         let g = gcd(u128::from(self.per), u128::from(SECOND));
         let k = u128::from(SECOND) / g;
         let q = u128::from(self.tokens) * k;
@@ -263,6 +267,34 @@ mod tests {
             Ok((6, 1))
         );
         assert_eq!(Rate::per_second(7).per_whole_seconds(), (7, 1));
+        assert_eq!(
+            Rate::new(5, 120 * SECOND).map(|r| r.per_whole_seconds()),
+            Ok((5, 120))
+        );
+    }
+
+    use proptest::prelude::Strategy as _;
+
+    proptest::proptest! {
+        /// The whole-seconds shortcut gives what the gcd gives: `q / w == tokens / per`, in
+        /// lowest terms as far as seconds go.
+        #[test]
+        fn whole_seconds_are_the_gcds(
+            tokens in 1u64..=MAX_LIMIT,
+            per_ms in proptest::prop_oneof![
+                1u64..=86_400_000,
+                (1u64..=86_400).prop_map(|s| s * 1000),
+            ],
+        ) {
+            let Ok(r) = Rate::new(tokens, per_ms * MILLI) else { return Ok(()) };
+            let g = gcd(u128::from(r.per), u128::from(SECOND));
+            let k = u128::from(SECOND) / g;
+            let want = (
+                u64::try_from(u128::from(r.tokens) * k).unwrap_or(u64::MAX),
+                u64::try_from(u128::from(r.per) * k / u128::from(SECOND)).unwrap_or(u64::MAX),
+            );
+            proptest::prop_assert_eq!(r.per_whole_seconds(), want);
+        }
     }
 
     #[test]

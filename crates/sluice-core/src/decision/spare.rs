@@ -15,6 +15,7 @@ pub struct Spare {
     applied: Vec<Applied<'static>>,
     calls: Vec<PlannedCall>,
     strings: Vec<(String, String)>,
+    scratch: crate::matching::Scratch,
 }
 
 impl<'a> Plan<'a> {
@@ -24,6 +25,7 @@ impl<'a> Plan<'a> {
             applied,
             calls,
             spare: mut strings,
+            scratch,
         } = self;
         // Collected in place (the same layout): the buffer is kept, the borrows dropped.
         let applied = applied
@@ -37,6 +39,7 @@ impl<'a> Plan<'a> {
             applied,
             calls,
             strings,
+            scratch,
         }
     }
 
@@ -47,6 +50,7 @@ impl<'a> Plan<'a> {
             applied: spare.applied,
             calls: spare.calls,
             spare: spare.strings,
+            scratch: spare.scratch,
         }
     }
 }

@@ -15,26 +15,7 @@ use super::{Descriptors, MAX_DESCRIPTORS};
 use crate::rules::{IpMask, Match, Override, Rule};
 use smallvec::SmallVec;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-
-/// The keys of [`Index::by_hash`] are already well-mixed hashes: hashing them again would be
-/// wasted work.
-#[derive(Default)]
-pub(crate) struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
+use std::hash::BuildHasher;
 
 /// The hash of a pair: its field's number and its value. Only this process's index and
 /// lookups use it (built together from the same rule set), so it need not be stable across
@@ -99,12 +80,17 @@ pub(crate) struct Index {
     /// Per field: whether some pair has it (else its descriptors are not hashed).
     paired: Vec<bool>,
     pairs: Vec<Pair>,
-    /// Pair numbers by [`pair_hash`]; more than one only on a collision.
-    by_hash: HashMap<u64, SmallVec<[u32; 1]>, BuildHasherDefault<PassThrough>>,
+    /// Pair numbers by [`pair_hash`], each compared as a pair before it counts.
+    by_hash: hashbrown::HashTable<u32>,
     /// Rules without an exact matcher, in file order.
     unanchored: Vec<u32>,
-    /// Per rule, its matchers.
+    /// Per rule, its matchers but its anchor: a rule is a candidate only when its anchor pair
+    /// was seen, so that one needs no second look.
     matchers: Vec<Box<[Matcher]>>,
+    /// Per rule, its group's number (`u32::MAX`: none), so groups compare as integers.
+    group: Vec<u32>,
+    /// Per rule, [`Rule::specificity`].
+    specificity: Vec<u32>,
     /// Per rule, its prefix and absence matchers (mostly none).
     narrow: Vec<Box<[Narrow]>>,
     /// Rules with a prefix or absence matcher and no exact one, in file order.
@@ -130,6 +116,7 @@ pub(crate) struct Index {
 }
 
 /// What one request's descriptors are in the index's numbers.
+#[derive(Clone, Debug)]
 pub(crate) struct Seen {
     /// Field numbers of the descriptors whose name the index knows.
     fields: [u32; MAX_DESCRIPTORS],
@@ -139,6 +126,18 @@ pub(crate) struct Seen {
     /// Pair numbers of the descriptors that are a pair of the index (one pair each at most).
     pairs: [u32; MAX_DESCRIPTORS],
     n_pairs: usize,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            fields: [0; MAX_DESCRIPTORS],
+            at: [0; MAX_DESCRIPTORS],
+            n_fields: 0,
+            pairs: [0; MAX_DESCRIPTORS],
+            n_pairs: 0,
+        }
+    }
 }
 
 impl Seen {
@@ -177,7 +176,18 @@ impl Index {
             }
         }
         let mut classes: HashMap<Box<[KeyRef]>, u32> = HashMap::new();
+        let mut groups: Vec<&str> = Vec::new();
         for (i, r) in rules.iter().enumerate() {
+            idx.group.push(r.group.as_deref().map_or(u32::MAX, |g| {
+                match groups.iter().position(|x| *x == g) {
+                    Some(n) => n as u32,
+                    None => {
+                        groups.push(g);
+                        (groups.len() - 1) as u32
+                    }
+                }
+            }));
+            idx.specificity.push(r.specificity() as u32);
             let anchor = r
                 .matchers
                 .iter()
@@ -191,15 +201,10 @@ impl Index {
                 .iter()
                 .any(|(_, m)| matches!(m, Match::Prefix(_) | Match::Absent));
             idx.has_narrow |= is_narrow;
+            let anchor = anchor.map(|(k, v)| idx.pair(k, v));
             match (anchor, is_narrow) {
-                (Some((k, v)), false) => {
-                    let p = idx.pair(k, v);
-                    idx.pairs[p as usize].rules.push(i as u32);
-                }
-                (Some((k, v)), true) => {
-                    let p = idx.pair(k, v);
-                    idx.pairs[p as usize].narrow_rules.push(i as u32);
-                }
+                (Some(p), false) => idx.pairs[p as usize].rules.push(i as u32),
+                (Some(p), true) => idx.pairs[p as usize].narrow_rules.push(i as u32),
                 (None, false) => idx.unanchored.push(i as u32),
                 (None, true) => idx.narrow_unanchored.push(i as u32),
             }
@@ -207,7 +212,12 @@ impl Index {
             let mut narrow = Vec::new();
             for (k, m) in &r.matchers {
                 match m {
-                    Match::Equals(v) => ms.push(Matcher::Exact(idx.pair(k, v))),
+                    Match::Equals(v) => {
+                        let p = idx.pair(k, v);
+                        if Some(p) != anchor {
+                            ms.push(Matcher::Exact(p));
+                        }
+                    }
                     Match::Any => ms.push(Matcher::Present(idx.field(k))),
                     Match::Prefix(p) => {
                         idx.prefixes.push(p.as_str().into());
@@ -282,15 +292,19 @@ impl Index {
         let field = self.field(k);
         self.paired[field as usize] = true;
         let h = pair_hash(field, v);
-        let ids = self.by_hash.entry(h).or_default();
-        if let Some(&p) = ids.iter().find(|&&p| {
-            let pair = &self.pairs[p as usize];
+        let pairs = &self.pairs;
+        if let Some(&p) = self.by_hash.find(h, |&p| {
+            let pair = &pairs[p as usize];
             pair.field == field && pair.value == v
         }) {
             return p;
         }
         let p = self.pairs.len() as u32;
-        ids.push(p);
+        let pairs = &self.pairs;
+        self.by_hash.insert_unique(h, p, |&q| {
+            let pair = &pairs[q as usize];
+            pair_hash(pair.field, &pair.value)
+        });
         self.pairs.push(Pair {
             field,
             value: v.to_string(),
@@ -315,14 +329,17 @@ impl Index {
     }
 
     /// `d` in the index's numbers.
+    #[cfg(test)]
     pub(crate) fn seen(&self, d: &Descriptors) -> Seen {
-        let mut s = Seen {
-            fields: [0; MAX_DESCRIPTORS],
-            at: [0; MAX_DESCRIPTORS],
-            n_fields: 0,
-            pairs: [0; MAX_DESCRIPTORS],
-            n_pairs: 0,
-        };
+        let mut s = Seen::default();
+        self.seen_into(d, &mut s);
+        s
+    }
+
+    /// [`Index::seen`] into `s`, overwriting it (a kept one: nothing to zero).
+    pub(crate) fn seen_into(&self, d: &Descriptors, s: &mut Seen) {
+        s.n_fields = 0;
+        s.n_pairs = 0;
         for (j, (k, v)) in d.entries.iter().enumerate() {
             let Some(f) = self.field_of(k) else {
                 continue;
@@ -334,31 +351,41 @@ impl Index {
             if !self.paired[f as usize] {
                 continue;
             }
-            let Some(ids) = self.by_hash.get(&pair_hash(f, v)) else {
-                continue;
-            };
             // Distinct names: at most one pair per descriptor, none seen twice.
-            if let Some(&p) = ids.iter().find(|&&p| {
+            let found = self.by_hash.find(pair_hash(f, v), |&p| {
                 let pair = &self.pairs[p as usize];
                 pair.field == f && pair.value == *v
-            }) {
+            });
+            if let Some(&p) = found {
                 s.pairs[s.n_pairs] = p;
                 s.n_pairs += 1;
             }
         }
-        s
     }
 
     /// The rules whose matchers all hold, in file order (as indices into the rules).
     // `contains`' chunked search costs more than a plain loop on a few elements: 100
     // instructions a decision on the bench workload.
     #[allow(clippy::manual_contains)]
-    pub(crate) fn hits(&self, d: &Descriptors, s: &Seen) -> SmallVec<[u32; 8]> {
-        let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
+    #[cfg(test)]
+    pub(crate) fn hits(&self, d: &Descriptors, s: &Seen) -> Vec<u32> {
+        let mut hits = Vec::new();
+        self.hits_into(d, s, &mut hits);
+        hits
+    }
+
+    /// [`Index::hits`] into `hits` (cleared first).
+    #[allow(clippy::manual_contains)]
+    pub(crate) fn hits_into(&self, d: &Descriptors, s: &Seen, hits: &mut Vec<u32>) {
+        hits.clear();
         // Each rule is in one list and the seen pairs are distinct: no rule comes twice.
-        let lists = s.pairs().iter().map(|&p| &self.pairs[p as usize].rules);
-        for ids in std::iter::once(&self.unanchored).chain(lists) {
-            for &i in ids {
+        for &i in &self.unanchored {
+            if self.plain_hold(i, s) {
+                hits.push(i);
+            }
+        }
+        for &p in s.pairs() {
+            for &i in &self.pairs[p as usize].rules {
                 if self.plain_hold(i, s) {
                     hits.push(i);
                 }
@@ -385,7 +412,6 @@ impl Index {
             }
         }
         hits.sort_unstable();
-        hits
     }
 
     /// Whether rule `i`'s value and `"*"` matchers hold.
@@ -438,15 +464,19 @@ impl Index {
 
     /// The overrides that may hold (their first identity entry is among the descriptors), in
     /// file order; the caller checks the rest of each identity.
-    pub(crate) fn override_candidates(&self, s: &Seen) -> SmallVec<[u32; 8]> {
-        let mut ids: SmallVec<[u32; 8]> = SmallVec::new();
+    pub(crate) fn override_candidates_into(&self, s: &Seen, ids: &mut Vec<u32>) {
+        ids.clear();
         if self.has_overrides {
             for &p in s.pairs() {
                 ids.extend_from_slice(&self.pairs[p as usize].overrides);
             }
             ids.sort_unstable();
         }
-        ids
+    }
+
+    /// Rule `i`'s group number (`u32::MAX`: none) and specificity.
+    pub(crate) fn group_of(&self, i: usize) -> (u32, u32) {
+        (self.group[i], self.specificity[i])
     }
 
     /// What rule `i`'s store keys hold after the identity.
