@@ -298,7 +298,7 @@ pub fn plan_into<'a>(
         let c = match calls[..used].iter().position(|c| {
             let first = &applied[c.rules[0]];
             c.call.cost == a_cost
-                && first.identity == a.identity
+                && crate::matching::short_eq(first.identity.as_bytes(), a.identity.as_bytes())
                 && first.store == a.store
                 && fair_share(first) == fair_share(a)
         }) {

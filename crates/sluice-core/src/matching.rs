@@ -10,8 +10,8 @@ use std::borrow::Cow;
 
 pub mod addr;
 mod index;
-pub(crate) use index::Index;
 use index::Seen;
+pub(crate) use index::{Index, short_eq};
 
 /// What matching one request needs besides its result, kept by a caller that matches often
 /// (a [`crate::decision::Plan`]) so a request allocates and zeroes nothing: the descriptors

@@ -25,6 +25,34 @@ fn pair_hash(field: u32, value: &str) -> u64 {
     foldhash::fast::FixedState::default().hash_one((field, value))
 }
 
+/// `a == b` for the short strings matching compares (names, values, identities): two
+/// overlapping loads a side for up to 32 bytes instead of a call to `memcmp`, which costs
+/// more than the comparison itself at these lengths.
+#[inline]
+pub(crate) fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=7 => {
+            a.first_chunk::<4>() == b.first_chunk::<4>()
+                && a.last_chunk::<4>() == b.last_chunk::<4>()
+        }
+        8..=16 => {
+            a.first_chunk::<8>() == b.first_chunk::<8>()
+                && a.last_chunk::<8>() == b.last_chunk::<8>()
+        }
+        17..=32 => {
+            a.first_chunk::<16>() == b.first_chunk::<16>()
+                && a.last_chunk::<16>() == b.last_chunk::<16>()
+        }
+        _ => a == b,
+    }
+}
+
 /// Past this many fields of one length a name is looked up in a map instead of compared with
 /// each.
 const SCAN_FIELDS: usize = 8;
@@ -295,7 +323,7 @@ impl Index {
         let pairs = &self.pairs;
         if let Some(&p) = self.by_hash.find(h, |&p| {
             let pair = &pairs[p as usize];
-            pair.field == field && pair.value == v
+            pair.field == field && short_eq(pair.value.as_bytes(), v.as_bytes())
         }) {
             return p;
         }
@@ -324,7 +352,7 @@ impl Index {
                 .get(name.len())?
                 .iter()
                 .copied()
-                .find(|&f| self.fields[f as usize] == name),
+                .find(|&f| short_eq(self.fields[f as usize].as_bytes(), name.as_bytes())),
         }
     }
 
@@ -354,7 +382,7 @@ impl Index {
             // Distinct names: at most one pair per descriptor, none seen twice.
             let found = self.by_hash.find(pair_hash(f, v), |&p| {
                 let pair = &self.pairs[p as usize];
-                pair.field == f && pair.value == *v
+                pair.field == f && short_eq(pair.value.as_bytes(), v.as_bytes())
             });
             if let Some(&p) = found {
                 s.pairs[s.n_pairs] = p;
@@ -513,6 +541,17 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn short_eq_is_eq(
+            a in prop::collection::vec(0u8..4, 0..40),
+            b in prop::collection::vec(0u8..4, 0..40),
+            same in any::<bool>(),
+        ) {
+            // Half the cases compare a string with itself or a one-byte change of it.
+            let b = if same { let mut c = a.clone(); if let Some(x) = c.get_mut(b.len() % a.len().max(1)) { *x ^= u8::from(b.len() % 2 == 1); } c } else { b };
+            prop_assert_eq!(super::short_eq(&a, &b), a == b);
+        }
 
         #[test]
         fn hits_are_the_rules_whose_matchers_hold(
