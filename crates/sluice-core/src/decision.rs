@@ -455,15 +455,13 @@ impl Plan<'_> {
             for (k, &ri) in pc.rules.iter().enumerate() {
                 let a = &self.applied[ri];
                 let rule = a.rule;
-                let (outcome, via): (Option<Outcome>, Via) = match ans {
-                    Answer::Done(r) => (r.outcomes.get(k).copied(), Via::Store),
+                let (outcome, via): (Option<&Outcome>, Via) = match ans {
+                    Answer::Done(r) => (r.outcomes.get(k), Via::Store),
                     Answer::Failed { local } => match rule.on_store_failure {
                         FailureMode::Open => (None, Via::FailedOpen),
                         FailureMode::Closed => (None, Via::FailedClosed),
                         FailureMode::Local => {
-                            let o = local
-                                .as_ref()
-                                .and_then(|l| l.outcomes.get(local_i).copied());
+                            let o = local.as_ref().and_then(|l| l.outcomes.get(local_i));
                             local_i += 1;
                             match o {
                                 Some(o) => (Some(o), Via::Local),
@@ -473,7 +471,7 @@ impl Plan<'_> {
                     },
                 };
                 d.holds_slot |= outcome.is_some_and(|o| {
-                    took_slot(a, &o, ans, pc.call.cost, rule.mode == Mode::Enforce)
+                    took_slot(a, o, ans, pc.call.cost, rule.mode == Mode::Enforce)
                 });
                 if rule.mode == Mode::Shadow {
                     if outcome.is_some_and(|o| !o.allowed) {
@@ -482,11 +480,11 @@ impl Plan<'_> {
                     continue;
                 }
                 match d.policies.get_mut(n) {
-                    Some(p) => status_into(p, a, outcome.as_ref(), via),
-                    None => d.policies.push(status(a, outcome.as_ref(), via)),
+                    Some(p) => status_into(p, a, outcome, via),
+                    None => d.policies.push(status(a, outcome, via)),
                 }
                 let status = &d.policies[n];
-                if let Some(o) = &outcome {
+                if let Some(o) = outcome {
                     d.delay_ms = d.delay_ms.max(ceil_millis(o.delay()));
                 }
                 unavailable |= via == Via::FailedClosed;

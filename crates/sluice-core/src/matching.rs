@@ -318,11 +318,13 @@ pub(crate) fn applicable_reusing<'a>(
             .iter()
             .map(|&o| ov_of(o))
             .find(|o| o.rule.as_deref() == Some(&*r.id));
-        a.params = match ov {
+        match ov {
             Some(o) if o.exempt => continue,
-            Some(o) => Cow::Owned(o.apply(&r.params)),
-            None => Cow::Borrowed(&r.params),
-        };
+            Some(o) => a.params = Cow::Owned(o.apply(&r.params)),
+            // A reused entry usually holds this rule's numbers already: nothing to drop.
+            None if matches!(a.params, Cow::Borrowed(p) if std::ptr::eq(p, &r.params)) => {}
+            None => a.params = Cow::Borrowed(&r.params),
+        }
         a.store = crate::stores::chosen(r, ov);
         a.rule = r;
         a.split = None;
