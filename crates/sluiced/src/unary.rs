@@ -285,7 +285,8 @@ async fn call(
     let Some(_in_flight) = guard.enter(Port::Grpc) else {
         return fail(&mut respond, &shed(limits.max_in_flight));
     };
-    let work = dispatch(&services, method, msg);
+    // Boxed for the same reason as the call itself: awaiting it would move it by value.
+    let work = Box::pin(dispatch(&services, method, msg));
     let answer = match deadline {
         Some(d) => match tokio::time::timeout_at(d, work).await {
             Ok(a) => a,
