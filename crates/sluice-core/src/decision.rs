@@ -444,6 +444,9 @@ impl Plan<'_> {
         // `d.policies[..n]` are this decision's; the rest are the last one's, overwritten in
         // place (a rule's id and title stay shared when the same rule is there again).
         let mut n = 0;
+        // A fresh decision allocates its statuses once, at their number.
+        d.policies
+            .reserve(self.applied.len().saturating_sub(d.policies.len()));
         d.shadow_denied.clear();
         d.rules_version = rules_version;
         d.holds_slot = false;
