@@ -96,6 +96,13 @@ struct Pair {
     overrides: Vec<u32>,
 }
 
+impl Pair {
+    /// Whether this is the pair `(field, value)`: what a hash match must still show.
+    fn is(&self, field: u32, value: &str) -> bool {
+        self.field == field && short_eq(self.value.as_bytes(), value.as_bytes())
+    }
+}
+
 /// Rules and overrides indexed by their rarest exact `(field, value)`.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
@@ -321,10 +328,7 @@ impl Index {
         self.paired[field as usize] = true;
         let h = pair_hash(field, v);
         let pairs = &self.pairs;
-        if let Some(&p) = self.by_hash.find(h, |&p| {
-            let pair = &pairs[p as usize];
-            pair.field == field && short_eq(pair.value.as_bytes(), v.as_bytes())
-        }) {
+        if let Some(&p) = self.by_hash.find(h, |&p| pairs[p as usize].is(field, v)) {
             return p;
         }
         let p = self.pairs.len() as u32;
@@ -380,10 +384,9 @@ impl Index {
                 continue;
             }
             // Distinct names: at most one pair per descriptor, none seen twice.
-            let found = self.by_hash.find(pair_hash(f, v), |&p| {
-                let pair = &self.pairs[p as usize];
-                pair.field == f && short_eq(pair.value.as_bytes(), v.as_bytes())
-            });
+            let found = self
+                .by_hash
+                .find(pair_hash(f, v), |&p| self.pairs[p as usize].is(f, v));
             if let Some(&p) = found {
                 s.pairs[s.n_pairs] = p;
                 s.n_pairs += 1;
@@ -392,9 +395,6 @@ impl Index {
     }
 
     /// The rules whose matchers all hold, in file order (as indices into the rules).
-    // `contains`' chunked search costs more than a plain loop on a few elements: 100
-    // instructions a decision on the bench workload.
-    #[allow(clippy::manual_contains)]
     #[cfg(test)]
     pub(crate) fn hits(&self, d: &Descriptors, s: &Seen) -> Vec<u32> {
         let mut hits = Vec::new();
@@ -403,6 +403,8 @@ impl Index {
     }
 
     /// [`Index::hits`] into `hits` (cleared first).
+    // `contains`' chunked search costs more than a plain loop on a few elements: 100
+    // instructions a decision on the bench workload.
     #[allow(clippy::manual_contains)]
     pub(crate) fn hits_into(&self, d: &Descriptors, s: &Seen, hits: &mut Vec<u32>) {
         hits.clear();
@@ -442,7 +444,7 @@ impl Index {
         hits.sort_unstable();
     }
 
-    /// Whether rule `i`'s value and `"*"` matchers hold.
+    /// Whether rule `i`'s value and `"*"` matchers other than its anchor hold.
     #[allow(clippy::manual_contains)]
     #[inline]
     fn plain_hold(&self, i: u32, s: &Seen) -> bool {
@@ -549,7 +551,15 @@ mod tests {
             same in any::<bool>(),
         ) {
             // Half the cases compare a string with itself or a one-byte change of it.
-            let b = if same { let mut c = a.clone(); if let Some(x) = c.get_mut(b.len() % a.len().max(1)) { *x ^= u8::from(b.len() % 2 == 1); } c } else { b };
+            let b = if same {
+                let mut c = a.clone();
+                if let Some(x) = c.get_mut(b.len() % a.len().max(1)) {
+                    *x ^= u8::from(b.len() % 2 == 1);
+                }
+                c
+            } else {
+                b
+            };
             prop_assert_eq!(super::short_eq(&a, &b), a == b);
         }
 
