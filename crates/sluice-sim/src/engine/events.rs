@@ -206,7 +206,7 @@ impl<'a> Sim<'a> {
             remote.remote_for(&a.key, &a.params, lt, regions)
         });
         let unlimited = p.calls.is_empty().then(|| p.decide(RULES_VERSION, &[]));
-        let exec_at = match self.queue(r, d, None, at, cost, p) {
+        let exec_at = match self.queue(r, d, None, at, cost, Box::new(p)) {
             Some(exec_at) => exec_at,
             None => return unlimited,
         };

@@ -178,7 +178,7 @@ pub struct Sim<'a> {
     /// A request's answers while it executes, kept (no allocation per request).
     answers: Vec<Answer>,
     /// Plans of executed requests, for arrivals to plan into.
-    plans: Vec<Plan<'a>>,
+    plans: Vec<Box<Plan<'a>>>,
     /// The decision being made, kept.
     decision: Decision,
     /// Per region, per daemon: its node id for the sender election (`{region}-{daemon:04}`,

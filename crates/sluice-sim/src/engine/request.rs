@@ -25,7 +25,8 @@ pub(super) struct Pending<'a> {
     /// When it arrived, on the reference clock (its plan has its region's clock's time).
     pub(super) now: Micros,
     pub(super) cost: u64,
-    pub(super) plan: Plan<'a>,
+    /// Boxed: a plan is large, and it moves from the pool to the FIFO to execution.
+    pub(super) plan: Box<Plan<'a>>,
 }
 
 /// A store call waiting to execute. A region's store serialises its calls (their times never
@@ -92,7 +93,7 @@ impl<'a> Sim<'a> {
         src: Option<(u32, u32)>,
         t: Micros,
         cost: u64,
-        p: Plan<'a>,
+        p: Box<Plan<'a>>,
     ) -> Option<Micros> {
         if p.calls.is_empty() {
             self.metrics.requests += 1;
