@@ -187,10 +187,10 @@ impl DenyCache {
             // Entries of `cur` were made after the last swap, so they expire at most
             // MAX_HOLD after it; two holds on, they are all stale too.
             let both = now >= self.swapped_at.saturating_add(2 * MAX_HOLD);
-            self.prev = std::mem::replace(
-                &mut self.cur,
-                KeyedMap::with_hasher(self.prev.hasher().clone()),
-            );
+            // The old `prev` is emptied and becomes `cur`, keeping its table: a fresh map
+            // would regrow (and rehash) its way back to its size every hold.
+            std::mem::swap(&mut self.prev, &mut self.cur);
+            self.cur.clear();
             if both {
                 self.prev.clear();
             }
