@@ -265,6 +265,7 @@ impl<'a> Sim<'a> {
                 buf: Vec::with_capacity(BATCH),
                 tx: None,
                 replies: None,
+                spare: None,
             },
             regions,
             up: vec![true; n],
@@ -348,8 +349,10 @@ impl<'a> Sim<'a> {
         let (reply_tx, reply_rx) = mpsc::channel();
         self.pipe.tx = Some(tx);
         self.pipe.replies = Some(reply_rx);
+        let (spare_tx, spare_rx) = mpsc::channel();
+        self.pipe.spare = Some(spare_rx);
         let mut m = std::thread::scope(|s| {
-            let worker = s.spawn(move || observe_all(observer, rx, reply_tx));
+            let worker = s.spawn(move || observe_all(observer, rx, reply_tx, spare_tx));
             // Close the channel even if the loop panics, or the scope would wait forever
             // for the observer.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -69,6 +69,10 @@ pub(super) struct Pipe {
     pub(super) buf: Vec<Rec>,
     pub(super) tx: Option<mpsc::SyncSender<Vec<Rec>>>,
     pub(super) replies: Option<mpsc::Receiver<Reply>>,
+    /// Batches the observer emptied, back for reuse: a fresh batch is a large allocation
+    /// freed on the other thread, and the allocator handed its pages back to the OS and
+    /// faulted new ones in (zeroing them) over and over.
+    pub(super) spare: Option<mpsc::Receiver<Vec<Rec>>>,
 }
 
 impl Pipe {
@@ -85,7 +89,12 @@ impl Pipe {
         if self.buf.is_empty() {
             return;
         }
-        let batch = std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH));
+        let next = self
+            .spare
+            .as_ref()
+            .and_then(|rx| rx.try_recv().ok())
+            .unwrap_or_else(|| Vec::with_capacity(BATCH));
+        let batch = std::mem::replace(&mut self.buf, next);
         // A closed channel means the observer panicked; `run` reports that at join.
         let _ = tx.send(batch);
     }
@@ -136,11 +145,14 @@ pub(super) fn observe_all(
     mut o: Observer<'_>,
     rx: mpsc::Receiver<Vec<Rec>>,
     replies: mpsc::Sender<Reply>,
+    spare: mpsc::Sender<Vec<Rec>>,
 ) -> Metrics {
-    for batch in rx {
-        for rec in batch {
+    for mut batch in rx {
+        for rec in batch.drain(..) {
             o.handle(rec, &replies);
         }
+        // The engine may have stopped taking them (its end is gone): nothing to do then.
+        let _ = spare.send(batch);
     }
     o.metrics
 }
