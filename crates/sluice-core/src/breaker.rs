@@ -92,6 +92,10 @@ pub struct Breaker {
     opened: u64,
     /// Counts half-open episodes, so a permit knows whether its probe is still in flight.
     episode: u64,
+    /// The slot index of the latest failure in `slots`: a success with none in the window
+    /// cannot trip the breaker, so it skips summing the window (every call of a healthy
+    /// store).
+    last_failure: Option<u64>,
 }
 
 /// What [`Breaker::permit`] hands a call it lets through; give it back by
@@ -119,6 +123,7 @@ impl Breaker {
             slots: [(u64::MAX, 0, 0); SLOTS],
             opened: 0,
             episode: 0,
+            last_failure: None,
         }
     }
 
@@ -222,6 +227,7 @@ impl Breaker {
                 } else if successes + 1 >= self.cfg.probes {
                     self.state = BreakerState::Closed;
                     self.slots = [(u64::MAX, 0, 0); SLOTS];
+                    self.last_failure = None;
                 } else {
                     self.state = BreakerState::HalfOpen {
                         in_flight: in_flight.saturating_sub(1),
@@ -237,20 +243,30 @@ impl Breaker {
                     *s = (idx, 0, 0);
                 }
                 s.1 += 1;
+                let oldest = idx.saturating_sub(SLOTS as u64 - 1);
                 if !ok {
                     s.2 += 1;
+                    self.last_failure = Some(idx);
+                } else if self.last_failure.is_none_or(|f| f < oldest) {
+                    // No failure in the window: `over_threshold` would find none.
+                    return;
                 }
-                let oldest = idx.saturating_sub(SLOTS as u64 - 1);
-                let (calls, failures) = self
-                    .slots
-                    .iter()
-                    .filter(|(i, _, _)| *i != u64::MAX && *i >= oldest && *i <= idx)
-                    .fold((0, 0), |(c, f), (_, sc, sf)| (c + sc, f + sf));
-                if calls >= self.cfg.min_calls && failures * 100 > self.cfg.failure_pct * calls {
+                if self.over_threshold(idx) {
                     self.trip(now);
                 }
             }
         }
+    }
+
+    /// Whether the window ending at slot `idx` has enough calls and too many failures.
+    fn over_threshold(&self, idx: u64) -> bool {
+        let oldest = idx.saturating_sub(SLOTS as u64 - 1);
+        let (calls, failures) = self
+            .slots
+            .iter()
+            .filter(|(i, _, _)| *i != u64::MAX && *i >= oldest && *i <= idx)
+            .fold((0, 0), |(c, f), (_, sc, sf)| (c + sc, f + sf));
+        calls >= self.cfg.min_calls && failures * 100 > self.cfg.failure_pct * calls
     }
 
     fn trip(&mut self, now: Micros) {
@@ -318,6 +334,41 @@ mod tests {
         assert_eq!(b.permit(later), None);
         b.finish(later, probe, true);
         assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    proptest::proptest! {
+        // Many cases: a success that trips the breaker from a failure in the window's oldest
+        // slot is rare, and it is the boundary of the skip.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// A success skips summing the window when no failure is in it; the breaker still
+        /// opens exactly when the window is over the threshold after a call, over random
+        /// calls, gaps (some past the window, some backwards) and outcomes.
+        #[test]
+        fn it_opens_exactly_when_the_window_is_over_the_threshold(
+            calls in proptest::collection::vec(
+                (0u64..1_500_000, proptest::bool::weighted(0.5), proptest::bool::weighted(0.05)),
+                1..300,
+            ),
+            min_calls in 1u64..30,
+            failure_pct in 1u64..99,
+        ) {
+            let cfg = BreakerConfig { min_calls, failure_pct, ..BreakerConfig::default() };
+            let mut b = Breaker::new(cfg);
+            let mut now = 100 * SECOND;
+            for (gap, ok, back) in calls {
+                now = if back { now.saturating_sub(gap) } else { now + gap };
+                if !b.allow(now) {
+                    continue;
+                }
+                let closed = b.state() == BreakerState::Closed;
+                b.record(now, ok);
+                if closed {
+                    let open = matches!(b.state(), BreakerState::Open { .. });
+                    proptest::prop_assert_eq!(open, b.over_threshold(now / b.slot_len()));
+                }
+            }
+        }
     }
 
     #[test]
