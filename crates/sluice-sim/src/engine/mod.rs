@@ -178,6 +178,11 @@ pub struct Sim<'a> {
     /// A request's answers while it executes, kept (no allocation per request).
     answers: Vec<Answer>,
     /// Plans of executed requests, for arrivals to plan into.
+    #[expect(
+        clippy::vec_box,
+        reason = "a plan moves out of the pool into a request's FIFO entry and back: boxed, \
+                  that moves a pointer instead of the plan"
+    )]
     plans: Vec<Box<Plan<'a>>>,
     /// The decision being made, kept.
     decision: Decision,
