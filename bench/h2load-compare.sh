@@ -33,7 +33,8 @@
 # SLUICED_B), LAYOUTS ("pinned unpinned"), GENERATORS ("h2load sluice-bench"), ROUNDS (3);
 # h2load: H2_REQUESTS (-n, 400000), H2_CLIENTS (-c, 4), H2_STREAMS (-m, 32), H2_THREADS (-t,
 # 1), H2_WARMUP (requests sent before each measured run, 20000); sluice-bench: SB_CONCURRENCY
-# (128), SB_SECONDS (8), SB_WARMUP (1), SB_CONNECTIONS (4); HEADERS (on: both answer with
+# (128), SB_SECONDS (8), SB_WARMUP (1), SB_CONNECTIONS (4), SB_THREADS (its runtime's threads;
+# default: the CPUs it may run on, so 2 unpinned and 1 pinned; h2load runs -t 1); HEADERS (on: both answer with
 # X-RateLimit-Limit/-Remaining/-Reset, as in compare-limitador.sh; off: neither).
 source "$(dirname "$0")/common.sh"
 
@@ -214,13 +215,14 @@ PY
         else
           r="$(bench --api envoy --addr "127.0.0.1:$grpc" --domain bench --key-name user --dist uniform \
             --keys 10000 --concurrency "$SB_CONCURRENCY" --connections "$SB_CONNECTIONS" \
-            --duration "$SB_SECONDS" --warmup "$SB_WARMUP")"
+            --duration "$SB_SECONDS" --warmup "$SB_WARMUP" ${SB_THREADS:+--threads "$SB_THREADS"})"
         fi
         stop "$pid"; SERVER_PID=""
         echo "round $round, $lay, $gen, $who: $(field "$r" decisions_per_s) decisions/s, $(field "$r" decisions_per_cpu_s) per server CPU-s, load $(cut -d' ' -f1 /proc/loadavg)" >&2
         [ $first = 1 ] || echo "," >>"$OUT"; first=0
-        printf '{"round":%s,"layout":"%s","generator":"%s","server":"%s","headers":"%s","h2load":{"n":%s,"c":%s,"m":%s,"t":%s},"report":%s}\n' \
-          "$round" "$lay" "$gen" "$who" "$HEADERS" "$H2_REQUESTS" "$H2_CLIENTS" "$H2_STREAMS" "$H2_THREADS" "$r" >>"$OUT"
+        printf '{"round":%s,"layout":"%s","generator":"%s","server":"%s","headers":"%s","h2load":{"n":%s,"c":%s,"m":%s,"t":%s},"sb_threads":"%s","report":%s}\n' \
+          "$round" "$lay" "$gen" "$who" "$HEADERS" "$H2_REQUESTS" "$H2_CLIENTS" "$H2_STREAMS" "$H2_THREADS" \
+          "${SB_THREADS:-default}" "$r" >>"$OUT"
       done
     done
   done
