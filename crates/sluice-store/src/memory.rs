@@ -52,6 +52,8 @@ struct Shard {
     map: Table,
     states: Vec<Option<State>>,
     writes: Vec<Write>,
+    /// Each item's key hash, taken when its state is read and used again to write it.
+    hashes: Vec<u64>,
 }
 
 /// A shard's keys. hashbrown's table rather than std's map: the bound needs what std's map
@@ -95,8 +97,13 @@ impl Table {
     }
 
     fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.get_hashed(self.hash(key), key)
+    }
+
+    /// [`Table::get`] with the key's hash already taken.
+    fn get_hashed(&self, h: u64, key: &[u8]) -> Option<&Entry> {
         self.slots
-            .find(self.hash(key), |(k, _)| k.as_slice() == key)
+            .find(h, |(k, _)| k.as_slice() == key)
             .map(|(_, e)| e)
     }
 
@@ -236,6 +243,7 @@ impl MemoryStore {
                         map: Table::new(Keyed::new(seed ^ i as u64), splitmix64(&mut mix)),
                         states: Vec::new(),
                         writes: Vec::new(),
+                        hashes: Vec::new(),
                     })
                 })
                 .collect(),
@@ -291,15 +299,21 @@ impl MemoryStore {
             map,
             states,
             writes,
+            hashes,
         } = &mut *guard;
         let now = call.now;
         states.clear();
+        hashes.clear();
         for item in &call.items {
             if let algo::Params::FairShare(_) = item.params {
                 states.push(Some(fair_share_state(map, &item.key, now)?));
+                hashes.push(0);
                 continue;
             }
-            let st = match map.get(item.key.as_bytes()) {
+            // Hashed once: the write below finds the key by the same hash.
+            let h = map.hash(item.key.as_bytes());
+            hashes.push(h);
+            let st = match map.get_hashed(h, item.key.as_bytes()) {
                 Some(e) if e.expires > now => {
                     if e.state.kind() != item.params.kind() {
                         return Err(StoreError::Corrupt {
@@ -318,7 +332,7 @@ impl MemoryStore {
             states.push(st);
         }
         let result = apply_into(call, states, writes);
-        for (item, w) in call.items.iter().zip(writes.drain(..)) {
+        for ((item, w), &h) in call.items.iter().zip(writes.drain(..)).zip(hashes.iter()) {
             if let (
                 algo::Params::FairShare(fs),
                 Write::Put(State::FairShare { child, parent }, _),
@@ -347,15 +361,11 @@ impl MemoryStore {
                 if ttl == 0 {
                     map.remove(item.key.as_bytes());
                 } else {
-                    self.insert(
-                        map,
-                        &item.key,
-                        Entry {
-                            state,
-                            expires: now + ttl,
-                        },
-                        now,
-                    );
+                    let e = Entry {
+                        state,
+                        expires: now + ttl,
+                    };
+                    self.insert_hashed(map, h, &item.key, e, now);
                 }
             }
         }
@@ -365,8 +375,13 @@ impl MemoryStore {
     /// Sets a key's entry; a new key at its shard's bound first makes room (see the module
     /// doc): a constant number of slots, however large the shard.
     fn insert(&self, map: &mut Table, key: &str, e: Entry, now: Micros) {
+        let h = map.hash(key.as_bytes());
+        self.insert_hashed(map, h, key, e, now);
+    }
+
+    /// [`MemoryStore::insert`] with the key's hash `h` already taken.
+    fn insert_hashed(&self, map: &mut Table, h: u64, key: &str, e: Entry, now: Micros) {
         let key = key.as_bytes();
-        let h = map.hash(key);
         if let Some((_, slot)) = map.slots.find_mut(h, |(k, _)| k.as_slice() == key) {
             *slot = e;
             return;
