@@ -98,8 +98,9 @@ struct Args {
     /// Seed of the key draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Runtime threads (default: the CPUs this process may run on; 1 = a single-threaded
-    /// runtime).
+    /// Threads (default: the CPUs this process may run on). Closed loop: a single-threaded
+    /// runtime on each, with its share of the workers and connections; open loop: the
+    /// workers of one work-stealing runtime.
     #[arg(long)]
     threads: Option<usize>,
     /// Print the report as JSON on stdout.
@@ -222,24 +223,27 @@ fn main() -> anyhow::Result<()> {
         return print_request(&args);
     }
     let plan = plan(&args)?;
-    // A closed loop on one CPU (the pinned saturation runs) gets a single-threaded runtime:
-    // the work-stealing scheduler's shared queues only cost the generator CPU. The open loop
-    // keeps the multi-threaded one: its dispatcher thread spawns every request from outside
-    // the runtime, and a single-threaded runtime woken for each one adds milliseconds.
+    // The closed loop runs a single-threaded runtime per thread, each with its share of the
+    // workers and connections: the work-stealing scheduler's shared queues only cost the
+    // generator CPU. The open loop keeps the multi-threaded one: its dispatcher thread
+    // spawns every request from outside the runtime, and a single-threaded runtime woken for
+    // each one adds milliseconds.
     let threads = args.threads.map_or_else(
         || std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
         |t| t.max(1),
     );
-    let closed = matches!(plan.mode, run::Mode::Closed);
-    let mut rt = if threads <= 1 && closed {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(threads);
-        b
+    let outcome = match plan.mode {
+        run::Mode::Closed if threads > 1 => run::run_closed_threads(&plan, threads)?,
+        run::Mode::Closed => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(run::run(plan.clone()))?,
+        run::Mode::Open { .. } => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+            .block_on(run::run(plan.clone()))?,
     };
-    rt.enable_all();
-    let outcome = rt.build()?.block_on(run::run(plan.clone()))?;
     if args.json {
         println!("{}", report::json(&plan, &outcome));
     } else {

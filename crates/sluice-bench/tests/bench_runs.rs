@@ -39,16 +39,23 @@ fn n(v: &Value, field: &str) -> u64 {
 #[test]
 fn closed_loop_on_one_hot_key_admits_the_limit_on_every_api() {
     let r = start();
-    for (api, addr, user) in [
-        ("grpc", r.grpc, "g"),
-        ("envoy", r.grpc, "e"),
-        ("http", r.http, "h"),
+    // One thread, and two (each its own runtime with half the workers): the budget and the
+    // counts are shared all the same. Each run its own hot key.
+    for (api, addr, user, threads) in [
+        ("grpc", r.grpc, "g", "1"),
+        ("envoy", r.grpc, "e", "1"),
+        ("http", r.http, "h", "1"),
+        ("grpc", r.grpc, "g2-", "2"),
+        ("envoy", r.grpc, "e2-", "2"),
+        ("http", r.http, "h2-", "2"),
     ] {
         let v = bench(&[
             "--api",
             api,
             "--addr",
             &addr.to_string(),
+            "--threads",
+            threads,
             "--dist",
             "hot",
             "--key-prefix",
@@ -62,6 +69,7 @@ fn closed_loop_on_one_hot_key_admits_the_limit_on_every_api() {
             "--duration",
             "30",
         ]);
+        let api = format!("{api} on {threads} thread(s)");
         assert_eq!(n(&v, "errors"), 0, "{api}: {v}");
         assert_eq!(n(&v, "allowed") + n(&v, "denied"), 300, "{api}: {v}");
         // 100 an hour; a run that straddles the hour may see two windows.
