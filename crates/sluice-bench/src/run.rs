@@ -101,7 +101,10 @@ impl Tally {
 
 impl Counters {
     fn add_all(&self, n: &mut [u64; 3]) {
-        for (c, n) in [&self.allowed, &self.denied, &self.errors].into_iter().zip(n) {
+        for (c, n) in [&self.allowed, &self.denied, &self.errors]
+            .into_iter()
+            .zip(n)
+        {
             if *n > 0 {
                 c.fetch_add(std::mem::take(n), Ordering::Relaxed);
             }
@@ -324,7 +327,13 @@ async fn open_request(
             Err(e) => {
                 note_error(&shared, format!("{e:#}"));
                 let mut batch = Batch::new(0);
-                record(&shared, &mut batch, Err(()), due, due >= shared.measure_from);
+                record(
+                    &shared,
+                    &mut batch,
+                    Err(()),
+                    due,
+                    due >= shared.measure_from,
+                );
                 shared.merge(&mut batch);
             }
         }
