@@ -255,7 +255,17 @@ pub fn hash_tag(key: &str) -> &str {
 /// (escaped) nor rule ids (validated) hold a `}`, so the first `}:` ends the tag.
 pub fn parse(key: &str) -> Option<KeyParts<'_>> {
     let rest = key.strip_prefix("sl:{")?;
-    let (identity, tail) = rest.split_once("}:")?;
+    // The first `}` followed by `:`, found by a byte search for `}`: `split_once("}:")` set
+    // up a two-way string searcher on every call (every gossiped figure is parsed).
+    let mut from = 0;
+    let at = loop {
+        let i = from + rest[from..].find('}')?;
+        if rest.as_bytes().get(i + 1) == Some(&b':') {
+            break i;
+        }
+        from = i + 1;
+    };
+    let (identity, tail) = (&rest[..at], &rest[at + 2..]);
     let b = tail.as_bytes();
     if b.len() < 3 || b[1] != b':' {
         return None;
@@ -351,6 +361,8 @@ mod tests {
             "sl:{a}:x:r",
             "sl:{a}:tr",
             "sl:{a}r",
+            "sl:{a}",
+            "sl:{a}}",
         ] {
             assert_eq!(parse(k), None, "{k}");
         }
@@ -417,6 +429,26 @@ mod tests {
     }
 
     /// Domains and values full of what gets escaped, or anything at all.
+    /// [`parse`] as it was, with `split_once("}:")`: the oracle for its byte search.
+    fn parse_by_split_once(key: &str) -> Option<KeyParts<'_>> {
+        let rest = key.strip_prefix("sl:{")?;
+        let (identity, tail) = rest.split_once("}:")?;
+        let b = tail.as_bytes();
+        if b.len() < 3 || b[1] != b':' {
+            return None;
+        }
+        let kind = kind_of_code(b[0])?;
+        let rule = tail[2..].split_once('|').map_or(&tail[2..], |(r, _)| r);
+        if rule.is_empty() {
+            return None;
+        }
+        Some(KeyParts {
+            identity,
+            kind,
+            rule,
+        })
+    }
+
     fn text() -> impl Strategy<Value = String> {
         prop_oneof!["[a-z%{}|=:#7CBD25é ]{0,12}", any::<String>()]
     }
@@ -445,6 +477,15 @@ mod tests {
             prop_assert_eq!(split_identity(&id), (base.as_str(), part));
             prop_assert_eq!(domain(&id), dom.as_str());
             prop_assert_eq!(hash_tag(&key), id.as_str());
+        }
+
+        #[test]
+        fn parse_answers_as_split_once_did(
+            tail in prop_oneof!["[a-z{}:|t]{0,16}", any::<String>()],
+        ) {
+            // The byte search for the tag's end against the definition it replaced.
+            let key = format!("sl:{{{tail}");
+            prop_assert_eq!(parse(&key), parse_by_split_once(&key));
         }
 
         #[test]
