@@ -25,6 +25,13 @@ fn bench(c: &mut Criterion) {
             black_box(decide_once(dom, &d, now, &mut scratch).allowed())
         })
     });
+    // A received gossip figure's rule, looked up by id: the scan it replaced, side by side.
+    c.bench_function("rule by id, scan/1000 rules", |b| {
+        b.iter(|| black_box(dom.rules.iter().find(|r| &*r.id == black_box("r737"))))
+    });
+    c.bench_function("rule by id/1000 rules", |b| {
+        b.iter(|| black_box(dom.rule(black_box("r737"))))
+    });
     c.bench_function("match only/1000 rules", |b| {
         b.iter(|| black_box(sluice_core::matching::applicable(dom, black_box(&d))))
     });

@@ -204,7 +204,14 @@ pub struct Domain {
     /// Overrides in file order.
     pub overrides: Vec<Override>,
     pub(crate) index: Index,
+    /// Rule numbers by id, for a domain of more than [`SCAN_RULES`] rules: every gossiped
+    /// figure a daemon receives looks its rule up by id, and a scan of a thousand rules per
+    /// figure was a thousand string comparisons.
+    by_id: Option<std::collections::HashMap<Arc<str>, u32, foldhash::fast::FixedState>>,
 }
+
+/// Rules a lookup by id scans rather than hashes.
+const SCAN_RULES: usize = 8;
 
 impl PartialEq for Domain {
     fn eq(&self, other: &Self) -> bool {
@@ -216,17 +223,35 @@ impl Domain {
     /// Builds and indexes a domain from validated parts.
     pub fn new(name: String, rules: Vec<Rule>, overrides: Vec<Override>) -> Domain {
         let index = Index::build(&name, &rules, &overrides);
+        // Ids are unique in a domain (validation refuses a repeat); the first wins anyway.
+        let by_id = (rules.len() > SCAN_RULES).then(|| {
+            let mut m = std::collections::HashMap::with_capacity_and_hasher(
+                rules.len(),
+                foldhash::fast::FixedState::default(),
+            );
+            for (i, r) in rules.iter().enumerate() {
+                m.entry(r.id.clone()).or_insert(i as u32);
+            }
+            m
+        });
         Domain {
             name,
             rules,
             overrides,
             index,
+            by_id,
         }
     }
 
     /// The rule with this id.
     pub fn rule(&self, id: &str) -> Option<&Rule> {
-        self.rules.iter().find(|r| &*r.id == id)
+        match &self.by_id {
+            Some(m) => m
+                .get(id)
+                .and_then(|&i| self.rules.get(i as usize))
+                .filter(|r| &*r.id == id),
+            None => self.rules.iter().find(|r| &*r.id == id),
+        }
     }
 
     /// The domain back in the rule format, as a JSON tree.
@@ -463,6 +488,28 @@ fn parse_domain(doc: &Value, problems: &mut Vec<Problem>) -> Option<Domain> {
 mod tests {
     use super::*;
     use crate::algo::Window;
+
+    #[test]
+    fn rules_are_found_by_id_scanned_or_hashed() {
+        for n in [1, SCAN_RULES, SCAN_RULES + 1, 300] {
+            let mut y = String::from("domain: d\nrules:\n");
+            for i in 0..n {
+                y.push_str(&format!(
+                    "  - {{ id: r{i}, key: [k], algorithm: fixed_window, limit: {}, window: 1m }}\n",
+                    i + 1
+                ));
+            }
+            let set = parse_yaml(&y).expect("valid rules");
+            let d = set.domain("d").expect("domain");
+            assert_eq!(d.by_id.is_some(), n > SCAN_RULES, "{n} rules");
+            for i in 0..n {
+                let r = d.rule(&format!("r{i}")).expect("every rule by its id");
+                assert_eq!(&*r.id, format!("r{i}"));
+                assert_eq!(r.params, d.rules[i].params);
+            }
+            assert!(d.rule("r").is_none() && d.rule(&format!("r{n}")).is_none());
+        }
+    }
 
     pub(crate) const DESIGN_EXAMPLE: &str = r#"
 domain: public-api
