@@ -265,7 +265,11 @@ pub fn parse(key: &str) -> Option<KeyParts<'_>> {
         }
         from = i + 1;
     };
-    let (identity, tail) = (&rest[..at], &rest[at + 2..]);
+    parts(&rest[..at], &rest[at + 2..])
+}
+
+/// A key's parts from its identity and what follows the tag (`<kind>:<rule>[|…]`).
+fn parts<'k>(identity: &'k str, tail: &'k str) -> Option<KeyParts<'k>> {
     let b = tail.as_bytes();
     if b.len() < 3 || b[1] != b':' {
         return None;
@@ -431,22 +435,8 @@ mod tests {
     /// Domains and values full of what gets escaped, or anything at all.
     /// [`parse`] as it was, with `split_once("}:")`: the oracle for its byte search.
     fn parse_by_split_once(key: &str) -> Option<KeyParts<'_>> {
-        let rest = key.strip_prefix("sl:{")?;
-        let (identity, tail) = rest.split_once("}:")?;
-        let b = tail.as_bytes();
-        if b.len() < 3 || b[1] != b':' {
-            return None;
-        }
-        let kind = kind_of_code(b[0])?;
-        let rule = tail[2..].split_once('|').map_or(&tail[2..], |(r, _)| r);
-        if rule.is_empty() {
-            return None;
-        }
-        Some(KeyParts {
-            identity,
-            kind,
-            rule,
-        })
+        let (identity, tail) = key.strip_prefix("sl:{")?.split_once("}:")?;
+        parts(identity, tail)
     }
 
     fn text() -> impl Strategy<Value = String> {
