@@ -33,7 +33,7 @@
 # SLUICED_B), LAYOUTS ("pinned unpinned"), GENERATORS ("h2load sluice-bench"), ROUNDS (3);
 # h2load: H2_REQUESTS (-n, 400000), H2_CLIENTS (-c, 4), H2_STREAMS (-m, 32), H2_THREADS (-t,
 # 1), H2_WARMUP (requests sent before each measured run, 20000); sluice-bench: SB_CONCURRENCY
-# (128), SB_SECONDS (8), SB_WARMUP (1), SB_CONNECTIONS (4), SB_THREADS (its runtime's threads;
+# (128), SB_SECONDS (8), SB_WARMUP (1), SB_CONNECTIONS (4), SB_THREADS (its threads, a single-threaded runtime each;
 # default: the CPUs it may run on, so 2 unpinned and 1 pinned; h2load runs -t 1); HEADERS (on: both answer with
 # X-RateLimit-Limit/-Remaining/-Reset, as in compare-limitador.sh; off: neither).
 source "$(dirname "$0")/common.sh"
