@@ -134,24 +134,6 @@ struct Shared {
     first_error: Mutex<Option<String>>,
 }
 
-impl Shared {
-    fn new(plan: &Plan, start: Instant) -> anyhow::Result<Arc<Shared>> {
-        Ok(Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            issued: AtomicU64::new(0),
-            started: AtomicU64::new(0),
-            measure_from: start + plan.warmup,
-            all: Counters::default(),
-            measured: Counters::default(),
-            hist: Mutex::new(Histograms {
-                measured: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)?,
-                interval: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)?,
-            }),
-            first_error: Mutex::new(None),
-        }))
-    }
-}
-
 /// What a worker keeps between merges into [`Shared`].
 struct Batch {
     latencies: Vec<(u64, bool)>,
@@ -168,6 +150,22 @@ impl Batch {
 }
 
 impl Shared {
+    fn new(plan: &Plan, start: Instant) -> anyhow::Result<Arc<Shared>> {
+        Ok(Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            issued: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            measure_from: start + plan.warmup,
+            all: Counters::default(),
+            measured: Counters::default(),
+            hist: Mutex::new(Histograms {
+                measured: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)?,
+                interval: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3)?,
+            }),
+            first_error: Mutex::new(None),
+        }))
+    }
+
     fn merge(&self, batch: &mut Batch) {
         self.all.add_all(&mut batch.tally.all);
         self.measured.add_all(&mut batch.tally.measured);

@@ -432,13 +432,13 @@ mod tests {
         prop::sample::select(KINDS.to_vec())
     }
 
-    /// Domains and values full of what gets escaped, or anything at all.
     /// [`parse`] as it was, with `split_once("}:")`: the oracle for its byte search.
     fn parse_by_split_once(key: &str) -> Option<KeyParts<'_>> {
         let (identity, tail) = key.strip_prefix("sl:{")?.split_once("}:")?;
         parts(identity, tail)
     }
 
+    /// Domains and values full of what gets escaped, or anything at all.
     fn text() -> impl Strategy<Value = String> {
         prop_oneof!["[a-z%{}|=:#7CBD25é ]{0,12}", any::<String>()]
     }
