@@ -18,7 +18,9 @@
 //!   one that took over is alive, the one it replaced may not be.
 //!
 //! [`SenderWatch`] keeps those observations; `now` is an argument, so the daemon drives it
-//! with its clock and a test with a manual one.
+//! with its clock and a test with a manual one. Every `now` it is given must come from a
+//! monotonic clock: a silence is an interval on one daemon, and a wall clock stepped forward
+//! would pass every live sender over at once, stepped back would keep a dead one elected.
 
 use crate::Micros;
 use crate::relay::{self, Member};
@@ -41,6 +43,15 @@ pub fn stale_after(ship_interval: Micros) -> Micros {
 /// two and a half intervals (two shipments may be lost).
 pub fn relayer_kept(ship_interval: Micros) -> Micros {
     ship_interval * 5 / 2
+}
+
+/// A sender the election stopped counting on: silent for longer than the bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassedOver {
+    /// The daemon passed over.
+    pub node_id: String,
+    /// How long nothing had been heard from it (or, counted on only lately, since then).
+    pub silent_for: Micros,
 }
 
 /// Signs of life the sender election takes into account, as one daemon saw them.
@@ -83,7 +94,9 @@ impl SenderWatch {
     /// region's sender when it has been silent past `stale` (and any passed over before and
     /// not heard from since), and in another region every relaying member but the one that
     /// relayed here within `kept`. `me` is this daemon, of `region`. Forgets daemons the
-    /// membership no longer lists.
+    /// membership no longer lists. Returns the sender this call passed over and how long it
+    /// had been silent, so the shell can say so (a pass-over of a live sender costs a
+    /// duplicate shipment, and an operator should see how often that happens).
     pub fn electable(
         &mut self,
         members: &mut [Member<'_>],
@@ -92,7 +105,8 @@ impl SenderWatch {
         now: Micros,
         stale: Micros,
         kept: Micros,
-    ) {
+    ) -> Option<PassedOver> {
+        let mut passed = None;
         self.forget(members);
         let heard = |h: &HashMap<String, Micros>, id: &str| h.get(id).copied().unwrap_or(0);
         for m in members.iter_mut() {
@@ -117,11 +131,16 @@ impl SenderWatch {
                     now
                 }
             };
-            let silent = self
+            let silent_for = self
                 .heard
                 .get(g)
-                .is_some_and(|h| now.saturating_sub((*h).max(since)) > stale);
-            if silent {
+                .map(|h| now.saturating_sub((*h).max(since)))
+                .filter(|s| *s > stale);
+            if let Some(silent_for) = silent_for {
+                passed = Some(PassedOver {
+                    node_id: g.to_string(),
+                    silent_for,
+                });
                 self.passed_over.insert(g.to_string(), now);
                 for m in members.iter_mut().filter(|m| m.node_id == g) {
                     m.relays = false;
@@ -146,6 +165,7 @@ impl SenderWatch {
                 m.relays = false;
             }
         }
+        passed
     }
 
     /// Whether this daemon has passed `node_id` over (tests, metrics).
@@ -206,10 +226,38 @@ mod tests {
         // a-1's last beacon came at 1,750 ms; silence up to the bound keeps it.
         let last = 7 * beacon_every(SHIP);
         assert_eq!(elect(&mut w, "a-3", last + stale_after(SHIP)).0, "a-1");
-        // Past it, a-2 is elected: within one interval of the last sign of life.
+        // Past it, a-2 is elected: within one interval of the last sign of life. The call
+        // that passes a-1 over says so, with the silence it saw; the next ones do not.
         let t = last + stale_after(SHIP) + MS;
-        assert_eq!(elect(&mut w, "a-3", t).0, "a-2");
+        let mut ms = fleet();
+        let passed = w.electable(
+            &mut ms,
+            "a-3",
+            "a",
+            t,
+            stale_after(SHIP),
+            relayer_kept(SHIP),
+        );
+        assert_eq!(
+            passed,
+            Some(PassedOver {
+                node_id: "a-1".into(),
+                silent_for: stale_after(SHIP) + MS
+            })
+        );
+        assert_eq!(relay::gateway(&ms, "a"), Some("a-2"));
         assert!(w.is_passed_over("a-1"));
+        let mut ms = fleet();
+        let again = w.electable(
+            &mut ms,
+            "a-3",
+            "a",
+            t + MS,
+            stale_after(SHIP),
+            relayer_kept(SHIP),
+        );
+        assert_eq!(again, None);
+        assert_eq!(elect(&mut w, "a-3", t).0, "a-2");
         // a-2 now has its own grace period: not passed over for a-1's silence.
         assert_eq!(elect(&mut w, "a-3", t + stale_after(SHIP)).0, "a-2");
         w.heard("a-2", t + stale_after(SHIP));

@@ -128,6 +128,7 @@ pub struct GossipMetrics {
     relay_full: AtomicU64,
     key_changes: [AtomicU64; 2],
     sender_takeovers: AtomicU64,
+    senders_passed_over: AtomicU64,
     lag: [AtomicU64; LAG_BUCKETS_MS.len()],
     lag_count: AtomicU64,
     lag_sum_ms: AtomicU64,
@@ -170,6 +171,16 @@ impl GossipMetrics {
 
     pub(crate) fn sender_takeover(&self) {
         add(&self.sender_takeovers, 1);
+    }
+
+    pub(crate) fn sender_passed_over(&self) {
+        add(&self.senders_passed_over, 1);
+    }
+
+    /// Times this daemon stopped counting on its region's sender because it heard nothing
+    /// from it for the bound (it sends itself or collects to the next one).
+    pub fn senders_passed_over(&self) -> u64 {
+        self.senders_passed_over.load(Ordering::Relaxed)
     }
 
     /// Times this daemon became its region's sender while the membership still listed the
@@ -412,6 +423,12 @@ impl GossipMetrics {
             "sluice_gossip_sender_takeovers_total",
             "Times this daemon became its region's sender at once because the sender before it went silent (nothing heard from it for gossip.sender_stale_ms). Rising often: the sender flaps between daemons (raise gossip.sender_stale_ms).",
             load(&self.sender_takeovers),
+        );
+        prom::counter(
+            out,
+            "sluice_gossip_senders_passed_over_total",
+            "Times this daemon stopped counting on its region's sender because it heard nothing from it for gossip.sender_stale_ms; until it is heard again the next daemon sends. Rising while the sender is up: its beacons arrive late (an overloaded host or a lossy network), and each time costs a duplicate shipment.",
+            load(&self.senders_passed_over),
         );
         let changes = "sluice_gossip_key_changes_total";
         prom::header(

@@ -15,6 +15,7 @@ use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
     spawn_chitchat,
 };
+use sluice_clock::{Clock, SystemClock};
 use sluice_core::liveness::SenderWatch;
 use sluice_core::merge::RemoteCounts;
 use sluice_core::relay::Collected;
@@ -126,6 +127,10 @@ pub struct Config {
     /// ([`sluice_core::forward`]); 0 (the default) ships to every other region, as does any
     /// fan-out while the forwarding regions are at most `fanout + 1`.
     pub fanout: usize,
+    /// Where the node reads time: the wall clock for what other daemons compare (ship times,
+    /// windows), the monotonic one for how long this region's sender has been silent, so a
+    /// stepped wall clock neither passes a live sender over nor keeps a dead one elected.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Config {
@@ -148,6 +153,7 @@ impl Config {
             shippers: Shippers::default(),
             recv_queue: 8_192,
             fanout: 0,
+            clock: Arc::new(SystemClock::new()),
         }
     }
 }
@@ -205,7 +211,7 @@ struct Inner {
     live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
     /// Signs of life the sender election takes into account ([`liveness`]).
     watch: Mutex<SenderWatch>,
-    /// When this daemon last sent a datagram inside its region (epoch µs): a sender that did
+    /// When this daemon last sent a datagram inside its region (monotonic µs): a sender that did
     /// lately needs no beacon.
     in_region_at: AtomicU64,
     /// Other regions' figures to pass on to peer regions (`fanout` above 0).

@@ -89,12 +89,7 @@ async fn a_silent_sender_is_replaced_within_an_interval_and_a_live_one_never() {
     })
     .await;
     let took = killed.elapsed();
-    let listed: Vec<usize> = nodes
-        .iter()
-        .flatten()
-        .skip(1)
-        .map(|n| n.members().len())
-        .collect();
+    let listed = cluster::listed_but_a1(&nodes);
     assert!(
         listed.iter().all(|l| *l == 9),
         "the membership had dropped a-1 first: {listed:?}"

@@ -148,6 +148,11 @@ impl Engine {
         self
     }
 
+    /// The clocks the engine reads, for the parts of the daemon beside it (the gossip node).
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
     /// Wall-clock now as the engine reads it (epoch µs).
     pub fn now(&self) -> Micros {
         self.clock.now()

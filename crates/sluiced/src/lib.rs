@@ -9,7 +9,8 @@
 //! - [`config`]: the config file and its defaults.
 //! - [`engine`]: the hot path around the core (`engine/held.rs`: what a call holds across its
 //!   await and undoes when cancelled).
-//! - [`clock`]: the engine's wall and monotonic clocks, given from outside.
+//! - [`clock`]: the engine's wall and monotonic clocks, given from outside (the
+//!   `sluice-clock` crate, shared with the gossip node).
 //! - [`http`]: HTTP JSON API, health, metrics.
 //! - [`unary`]: the gRPC port, a lean unary gRPC server on HTTP/2.
 //! - [`grpc`]: the `sluice.v1.Limiter` service.
@@ -28,7 +29,7 @@
 //! - [`tls`]: TLS on the listeners (reloaded on file change) and for `rediss://`.
 //! - [`workers`]: connection threads, each a single-threaded runtime.
 
-pub mod clock;
+pub use sluice_clock as clock;
 pub mod config;
 pub mod control;
 pub mod daemon_state;
@@ -226,7 +227,7 @@ pub async fn run(
         }
     }
     // Regions: other regions' figures into global rules, this region's out (regions.rs).
-    let regions = regions::start(&cfg, published.clone(), &engine.metrics).await?;
+    let regions = regions::start(&cfg, published.clone(), &engine.metrics, engine.clock()).await?;
     if let Some(r) = &regions {
         engine.remote = Some(r.clone());
         engine.usage = Some(r.clone());

@@ -350,6 +350,7 @@ pub async fn start(
     cfg: &crate::config::Config,
     rules: Arc<Published>,
     metrics: &Metrics,
+    clock: Arc<dyn crate::clock::Clock>,
 ) -> anyhow::Result<Option<Arc<Regions>>> {
     let g = &cfg.gossip;
     let set = rules.load();
@@ -387,6 +388,7 @@ pub async fn start(
     nc.max_datagram = g.max_datagram;
     nc.max_remote_keys = g.max_remote_keys;
     nc.fanout = g.fanout;
+    nc.clock = clock;
     nc.shippers = match g.shippers {
         ShippersConfig::RegionSender => Shippers::RegionSender,
         ShippersConfig::EveryDaemon => Shippers::EveryDaemon,
@@ -494,10 +496,15 @@ mod tests {
             sluice_core::rules::parse_yaml("domain: d\nrules: []\n").expect("rules"),
         );
         let metrics = Metrics::default();
-        let r = start(&cfg, rules, &metrics)
-            .await
-            .expect("start")
-            .expect("gossip on");
+        let r = start(
+            &cfg,
+            rules,
+            &metrics,
+            Arc::new(crate::clock::SystemClock::new()),
+        )
+        .await
+        .expect("start")
+        .expect("gossip on");
         assert_eq!(r.node.gauges().keys, 1);
         let wait = |want: (u64, u64)| {
             let r = r.clone();

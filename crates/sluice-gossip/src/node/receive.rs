@@ -3,7 +3,7 @@
 //! the next shipment across.
 
 use super::ship::{forward_due, send_one};
-use super::{Inner, members, now_micros};
+use super::{Inner, members};
 use crate::metrics::Scope;
 use crate::pack;
 use crate::relay;
@@ -45,15 +45,16 @@ pub(super) async fn receive_loop(
                 .map(|m| (m.addr, m.node_id))
                 .collect();
         }
-        let now = now_micros();
+        // Wall time for what other daemons compare; signs of life on the monotonic clock.
+        let (now, mono) = (inner.cfg.clock.now(), inner.cfg.clock.monotonic());
         if let Some(id) = own.get(&from) {
             inner
                 .watch
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .heard(id, now);
+                .heard(id, mono);
         }
-        let Some(on) = merge_packet(&inner, from, &payload, now) else {
+        let Some(on) = merge_packet(&inner, from, &payload, now, mono) else {
             continue;
         };
         inner.codec.seal(Kind::Counts, &on, &mut frame);
@@ -67,8 +68,15 @@ pub(super) async fn receive_loop(
 
 /// Checks, decodes and merges one counts payload (already authenticated by its frame), or
 /// gathers it to ship across when a daemon of this region collected it here. Returns the
-/// payload to pass on in this region when it was relayed here from another region.
-fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) -> Option<Vec<u8>> {
+/// payload to pass on in this region when it was relayed here from another region. `now` is
+/// the wall clock (windows, lag), `mono` the monotonic one (who relayed lately).
+fn merge_packet(
+    inner: &Inner,
+    from: SocketAddr,
+    payload: &[u8],
+    now: Micros,
+    mono: Micros,
+) -> Option<Vec<u8>> {
     let m = &inner.metrics;
     let u = match pack::unpack(payload) {
         Ok(u) => u,
@@ -138,7 +146,7 @@ fn merge_packet(inner: &Inner, from: SocketAddr, payload: &[u8], now: Micros) ->
             .watch
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .relayed(&u.region, &u.sender, now);
+            .relayed(&u.region, &u.sender, mono);
     }
     // Only the origin region's figures travel on (`region` is kept by the relabel), and only
     // once: a fanned-out packet is never passed on again, nor an empty one (a sender's

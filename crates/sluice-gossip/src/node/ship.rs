@@ -2,7 +2,7 @@
 //! `ship_interval` selecting, packing and sending figures to the other regions (or to this
 //! region's sender), with beacons and announcements so that silence is never taken for death.
 
-use super::{Inner, Member, Shippers, members, now_micros};
+use super::{Inner, Member, Shippers, members};
 use crate::metrics::Scope;
 use crate::pack::{self, Header};
 use crate::relay;
@@ -22,8 +22,9 @@ use tokio::sync::watch;
 
 /// The live members as the sender election sees them: a sender silent past the bound, or
 /// a remote member another daemon of its region relays for, is not electable (still a
-/// destination otherwise; see [`liveness`]).
-fn electable(inner: &Inner, now: Micros) -> Vec<Member> {
+/// destination otherwise; see [`liveness`]). `mono` is the monotonic clock's reading: a
+/// silence is an interval on this daemon, which a stepped wall clock must not fake or hide.
+fn electable(inner: &Inner, mono: Micros) -> Vec<Member> {
     let ship = inner.cfg.ship_interval.as_micros() as Micros;
     let stale = match inner.cfg.sender_stale_after {
         Some(d) => d.as_micros() as Micros,
@@ -31,7 +32,7 @@ fn electable(inner: &Inner, now: Micros) -> Vec<Member> {
     };
     let mut live = members(&inner.live.borrow());
     let mut ms = relay::core_members(&live);
-    inner
+    let passed = inner
         .watch
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -39,10 +40,19 @@ fn electable(inner: &Inner, now: Micros) -> Vec<Member> {
             &mut ms,
             &inner.cfg.node_id,
             &inner.cfg.region,
-            now,
+            mono,
             stale,
             liveness::relayer_kept(ship),
         );
+    if let Some(p) = passed {
+        inner.metrics.sender_passed_over();
+        tracing::info!(
+            node = %inner.cfg.node_id,
+            sender = %p.node_id,
+            silent_ms = p.silent_for / 1000,
+            "the region's sender went silent: passed over until it is heard again"
+        );
+    }
     let flags: Vec<bool> = ms.iter().map(|m| m.relays).collect();
     for (m, relays) in live.iter_mut().zip(flags) {
         m.relays = relays;
@@ -60,10 +70,11 @@ fn successor(inner: &Inner) -> bool {
 }
 
 /// Makes this region's sender heard by its other daemons when it sent them nothing for a
-/// beacon period: an empty packet, so that they do not take its silence for death.
-async fn beacon(inner: &Inner, live: &[Member], now: Micros) {
+/// beacon period: an empty packet, so that they do not take its silence for death. The period
+/// is measured on the monotonic clock (`mono`); `now`, the wall clock, stamps the packet.
+async fn beacon(inner: &Inner, live: &[Member], now: Micros, mono: Micros) {
     let every = liveness::beacon_every(inner.cfg.ship_interval.as_micros() as Micros);
-    if now.saturating_sub(inner.in_region_at.load(Ordering::Relaxed)) < every {
+    if mono.saturating_sub(inner.in_region_at.load(Ordering::Relaxed)) < every {
         return;
     }
     let to = relay::fan_out(&inner.cfg.node_id, &inner.cfg.region, live);
@@ -96,10 +107,10 @@ pub(super) async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>
             _ = watch.tick() => true,
             _ = stop.changed() => return,
         };
-        let now = now_micros();
+        let (now, mono) = (inner.cfg.clock.now(), inner.cfg.clock.monotonic());
         let (me, region) = (&inner.cfg.node_id, &inner.cfg.region);
         let live = match relaying {
-            true => electable(&inner, now),
+            true => electable(&inner, mono),
             false => members(&inner.live.borrow()),
         };
         let routes = relaying.then(|| relay::routes(me, region, &live, inner.cfg.fanout));
@@ -107,7 +118,7 @@ pub(super) async fn ship_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>
             let Some(r) = &routes else { continue };
             let was = inner.region_sender.load(Ordering::Relaxed);
             if r.sender && was {
-                beacon(&inner, &live, now).await;
+                beacon(&inner, &live, now, mono).await;
             }
             // Between ticks only a takeover ships: this daemon was not the sender at the
             // last interval and now is (the sender before it went silent).
@@ -346,7 +357,9 @@ pub(super) async fn send_one(inner: &Inner, frame: &[u8], addr: SocketAddr, scop
         Ok(n) => {
             inner.metrics.sent(n, scope);
             if scope == Scope::InRegion {
-                inner.in_region_at.store(now_micros(), Ordering::Relaxed);
+                inner
+                    .in_region_at
+                    .store(inner.cfg.clock.monotonic(), Ordering::Relaxed);
             }
         }
         Err(e) => {

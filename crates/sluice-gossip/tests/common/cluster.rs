@@ -56,3 +56,17 @@ pub async fn cluster(
     }
     out
 }
+
+/// How many members each daemon but a-1 lists: whether the membership dropped a-1 yet.
+#[allow(
+    dead_code,
+    reason = "the takeover tests use it; the other tests including this file do not"
+)]
+pub fn listed_but_a1(nodes: &[Vec<Node>]) -> Vec<usize> {
+    nodes
+        .iter()
+        .flatten()
+        .skip(1)
+        .map(|n| n.members().len())
+        .collect()
+}
