@@ -3,7 +3,9 @@
 //!
 //! A 1,000-a-minute global sliding window takes 3× that, spread evenly over the nine daemons
 //! (each region at 1,000/min offered, each daemon at a ninth). Per minute the fleet admits at
-//! most 1.05× the limit; cross-region datagrams leave each region from one daemon only; the
+//! most 1.05× the limit; cross-region datagrams leave each region from one daemon only (unless
+//! a daemon of that region passed its sender over, which the daemons log and count: a host
+//! stalled past `sender_stale_ms`, where the design accepts a duplicate shipment); the
 //! sender of one region is killed in the second minute, another daemon of that region takes
 //! over, and no minute goes over 1.05×.
 //!
@@ -98,7 +100,7 @@ impl Fleet {
                 let mut cmd = std::process::Command::new(&bin);
                 cmd.arg("--config")
                     .arg(&config)
-                    .env("RUST_LOG", "warn")
+                    .env("RUST_LOG", "warn,sluice_gossip=info")
                     .env("SLUICE_GOSSIP_KEY", KEY);
                 let mut daemon = Daemon::from_command(cmd).expect("spawn sluiced");
                 daemon
@@ -141,15 +143,47 @@ impl Fleet {
         }
     }
 
+    /// Asserts that in each of `regions` only the first daemon sent across (`cross`, per
+    /// region and daemon), or, where one of its daemons passed the sender over (nothing heard
+    /// from it for `sender_stale_ms`: a stalled host), the first and others: the duplicate
+    /// shipment the design accepts for a slow sender (docs/regions.md), printed, not hidden.
+    fn one_sender_each(&self, cross: &[Vec<f64>], regions: std::ops::Range<usize>) {
+        let passed = self.passed_over();
+        for r in regions {
+            let senders: Vec<usize> = (0..DAEMONS).filter(|d| cross[r][*d] > 0.0).collect();
+            let passed_over: f64 = passed[r].iter().sum();
+            let msg = format!(
+                "{}: cross-region datagrams per daemon {:?}, pass-overs {:?}",
+                REGIONS[r], cross[r], passed[r]
+            );
+            if passed_over > 0.0 {
+                eprintln!("fleet: a sender was passed over, a duplicate sender allowed: {msg}");
+                assert_eq!(senders.first(), Some(&0), "{msg}");
+            } else {
+                assert_eq!(senders, [0], "{msg}");
+            }
+        }
+    }
+
+    /// Times each daemon passed its region's sender over (silent past the bound), per region.
+    fn passed_over(&self) -> Vec<Vec<f64>> {
+        self.per_daemon("sluice_gossip_senders_passed_over_total")
+    }
+
     /// Cross-region datagrams sent so far, per region and daemon (0 for a dead one).
     fn cross(&self) -> Vec<Vec<f64>> {
+        self.per_daemon(CROSS)
+    }
+
+    /// A metric of every daemon, per region (0 for a dead one).
+    fn per_daemon(&self, name: &str) -> Vec<Vec<f64>> {
         self.regions
             .iter()
             .map(|(_, nodes)| {
                 nodes
                     .iter()
                     .map(|n| match n.daemon {
-                        Some(_) => metric(n.http, CROSS),
+                        Some(_) => metric(n.http, name),
                         None => 0.0,
                     })
                     .collect()
@@ -201,15 +235,15 @@ fn nine_daemons_hold_a_global_limit_with_one_sender_per_region() {
         (first * WINDOW_MS + WINDOW_MS / 2).saturating_sub(now_ms()),
     ));
     let before = f.cross();
-    for (r, per) in before.iter().enumerate() {
-        let senders: Vec<usize> = (0..DAEMONS).filter(|d| per[*d] > 0.0).collect();
-        assert_eq!(senders, [0], "{}: cross-region senders {per:?}", REGIONS[r]);
-    }
+    f.one_sender_each(&before, 0..REGIONS.len());
 
     // Mid second window: eu's sender dies. Another eu daemon takes over.
     std::thread::sleep(Duration::from_millis(
         ((first + 1) * WINDOW_MS + WINDOW_MS / 2).saturating_sub(now_ms()),
     ));
+    let eu2 = f.regions[0].1[1].http;
+    let takeovers = |n| metric(n, "sluice_gossip_sender_takeovers_total");
+    let earlier = takeovers(eu2);
     let killed_at = Instant::now();
     f.regions[0].1[0]
         .daemon
@@ -217,7 +251,6 @@ fn nine_daemons_hold_a_global_limit_with_one_sender_per_region() {
         .expect("running")
         .kill()
         .expect("kill eu's sender");
-    let eu2 = f.regions[0].1[1].http;
     let base = metric(eu2, CROSS);
     let deadline = Instant::now() + Duration::from_secs(30);
     while metric(eu2, CROSS) <= base {
@@ -233,9 +266,8 @@ fn nine_daemons_hold_a_global_limit_with_one_sender_per_region() {
     );
     // eu-3 may have passed eu-1 over first and collected to eu-2, which then ships what was
     // gathered before it takes over itself: the takeover is counted once it does.
-    let takeovers = |n| metric(n, "sluice_gossip_sender_takeovers_total");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while takeovers(eu2) < 1.0 {
+    while takeovers(eu2) < earlier + 1.0 {
         assert!(Instant::now() < deadline, "eu-2 never took over");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -286,10 +318,11 @@ fn nine_daemons_hold_a_global_limit_with_one_sender_per_region() {
         report.join("\n  "),
         takeover.as_secs_f64()
     );
-    assert_eq!(takeovers(eu2), 1.0, "eu-2 took over more than once");
+    assert_eq!(
+        takeovers(eu2),
+        earlier + 1.0,
+        "eu-2 took over more than once"
+    );
     // Still one sender in each of the other regions at the end.
-    for r in 1..REGIONS.len() {
-        let senders = (0..DAEMONS).filter(|d| after[r][*d] > 0.0).count();
-        assert_eq!(senders, 1, "{}: {:?}", REGIONS[r], after[r]);
-    }
+    f.one_sender_each(&after, 1..REGIONS.len());
 }
