@@ -200,7 +200,7 @@ impl Forwarder {
     /// What goes to `peer` now, grouped by origin: figures of the origins `passes_on` accepts
     /// (its origin's tree runs from here to `peer`: [`passes_on`]), never `peer`'s own, that are
     /// above what `peer` was sent (or sent us), or heard again `resend_after / 2` after it
-    /// last was; the highest first (ties by origin, key, window, so a simulation replays),
+    /// last was (or `now` is half that before it: the clock stepped back); the highest first (ties by origin, key, window, so a simulation replays),
     /// within `max_bytes` ([`ShipEntry::bytes`]). What is taken is recorded as sent; the
     /// rest waits for the next call.
     pub fn take(
@@ -217,8 +217,14 @@ impl Forwarder {
             .iter()
             .filter(|(f, _)| f.0 != peer && passes_on(&f.0))
             .filter(|(f, (c, at))| {
-                sent.get(*f)
-                    .is_none_or(|(s, s_at)| c > s || *at >= s_at.saturating_add(resend_after / 2))
+                // `now` half `resend_after` before the last send to `peer`: the wall clock
+                // stepped back (not two tasks' readings racing), and how long ago that send
+                // was is unknown; the figure goes again, once.
+                sent.get(*f).is_none_or(|(s, s_at)| {
+                    c > s
+                        || *at >= s_at.saturating_add(resend_after / 2)
+                        || now.saturating_add(resend_after / 2) < *s_at
+                })
             })
             .map(|(f, (c, _))| (f, *c))
             .collect();
@@ -387,6 +393,16 @@ mod tests {
         );
         assert!(!f.heard("a", Some("a"), "k1", 0, 12, 600, 100));
         assert!(f.take("c", 601, 1_000, usize::MAX, |_| true).is_empty());
+        // A reading a little before the last forward (two tasks' clocks racing) is not a
+        // step. The clock steps back further (over half `resend_after` before the last
+        // forward): how long ago that was is unknown, so the figure goes again, once.
+        assert!(f.take("c", 400, 1_000, usize::MAX, |_| true).is_empty());
+        assert!(!f.heard("a", Some("a"), "k1", 0, 12, 2, 100));
+        assert_eq!(
+            f.take("c", 3, 1_000, usize::MAX, |_| true),
+            vec![("a".into(), vec![e("k1", 12)])]
+        );
+        assert!(f.take("c", 4, 1_000, usize::MAX, |_| true).is_empty());
     }
 
     #[test]

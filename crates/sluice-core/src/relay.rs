@@ -269,7 +269,9 @@ impl Collected {
     /// the rest waits in the table for the next shipment, so a sender's shipment stays
     /// within the interval's budget however many daemons collect to it ([`gather_budget`]).
     pub fn take(&mut self, now: Micros, resend_after: Micros, max_bytes: usize) -> Vec<ShipEntry> {
-        if now.saturating_sub(self.shipped_at) > resend_after / 2 {
+        // A `now` before the last shipment (a wall clock stepped back) is taken as long
+        // after it: the daemons' resends must still get through.
+        if now < self.shipped_at || now - self.shipped_at > resend_after / 2 {
             self.shipped = Default::default();
         }
         let shipped = &self.shipped;
@@ -607,6 +609,11 @@ mod tests {
         assert!(c.add("k9".into(), 0, 4, 2));
         assert_eq!(c.take(901, 1000, usize::MAX), vec![e("k9", 4)]);
         assert!(c.is_empty());
+        // A clock stepped back (before the last shipment): how long ago it was is unknown,
+        // so the record is dropped and a resend goes out again.
+        c.shipped(&[e("k9", 4)], 1_000);
+        assert!(c.add("k9".into(), 0, 4, 2));
+        assert_eq!(c.take(700, 1000, usize::MAX), vec![e("k9", 4)]);
         let own = vec![ShipEntry {
             key: "k1".into(),
             window_start: 0,

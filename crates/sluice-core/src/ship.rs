@@ -296,11 +296,16 @@ impl Tracked {
         above(self.busy, self.limit, self.threshold)
     }
 
+    /// Due when new, risen, or shipped `resend_after` ago. A `now` before the last shipment
+    /// (the wall clock stepped back) counts as long ago: the time since is unknown, and
+    /// waiting for the clock to catch up would leave a lost datagram unrepaired as long.
     fn due(&self, now: Micros, resend_after: Micros) -> bool {
         match self.shipped {
             None => self.figure > 0,
             Some(s) => {
-                self.figure > s || (resend_after > 0 && now >= self.shipped_at + resend_after)
+                self.figure > s
+                    || (resend_after > 0
+                        && (now < self.shipped_at || now >= self.shipped_at + resend_after))
             }
         }
     }

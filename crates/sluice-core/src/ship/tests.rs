@@ -124,6 +124,23 @@ fn unchanged_figures_are_resent_after_a_while() {
 }
 
 #[test]
+fn a_clock_stepped_back_resends_what_it_shipped_once() {
+    // Shipped at 40 s; the wall clock then steps back to 20 s. The time since the shipment
+    // is unknown, so the figure is due again (a lost datagram is repaired), once.
+    let mut u = LocalUsage::new(0);
+    u.observe("k", &fixed(100), 30 * SECOND, ob(50, 50, 10));
+    let budget = Budget {
+        resend_after: 5 * SECOND,
+        ..unbounded()
+    };
+    assert_eq!(u.select(40 * SECOND, &budget).entries.len(), 1);
+    assert!(u.select(41 * SECOND, &budget).entries.is_empty());
+    assert_eq!(u.select(20 * SECOND, &budget).entries.len(), 1);
+    assert!(u.select(21 * SECOND, &budget).entries.is_empty());
+    assert_eq!(u.select(25 * SECOND, &budget).entries.len(), 1);
+}
+
+#[test]
 fn resend_all_ships_unchanged_busy_figures_again() {
     let mut u = LocalUsage::new(0);
     u.observe("busy", &fixed(100), 1, ob(50, 50, 10));
