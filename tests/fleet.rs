@@ -12,8 +12,8 @@
 //! About four minutes (three whole windows of 60 s plus start-up).
 
 use serde_json::json;
-use sluice_testkit::{Daemon, RedisServer, TempDir, cargo_bin, free_ports};
-use sluice_tests::common::regions::{check, metric, now_ms, pace};
+use sluice_testkit::{Daemon, RedisServer, TempDir, free_ports};
+use sluice_tests::common::regions::{GLOBAL_RULES, check, gossip_daemon, metric, now_ms, pace};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,18 +26,6 @@ const REGIONS: [&str; 3] = ["eu", "us", "ap"];
 const DAEMONS: usize = 3;
 /// 3× the limit over the fleet: 3,000 a minute, a ninth on each daemon.
 const PER_DAEMON_PER_S: f64 = 3.0 * LIMIT as f64 / 60.0 / (REGIONS.len() * DAEMONS) as f64;
-
-const RULES: &str = r#"
-domain: public-api
-rules:
-  - id: global-1m
-    match: { route: "GET /global" }
-    key: [api_key]
-    algorithm: sliding_window
-    limit: 1000
-    window: 1m
-    scope: global
-"#;
 
 /// Cross-region datagrams a daemon sent, from its metrics.
 const CROSS: &str = "sluice_gossip_scope_packets_sent_total{scope=\"cross_region\"}";
@@ -58,8 +46,7 @@ impl Fleet {
     fn start() -> Fleet {
         let dir = TempDir::new("fleet").expect("temp dir");
         let rules = dir.path().join("rules.yaml");
-        std::fs::write(&rules, RULES).expect("write rules");
-        let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)");
+        std::fs::write(&rules, GLOBAL_RULES).expect("write rules");
         let mut plan = Vec::new();
         for _ in REGIONS {
             let redis = RedisServer::start().expect("redis-server (apt install redis-server)");
@@ -97,15 +84,7 @@ impl Fleet {
                     ),
                 )
                 .expect("write config");
-                let mut cmd = std::process::Command::new(&bin);
-                cmd.arg("--config")
-                    .arg(&config)
-                    .env("RUST_LOG", "warn,sluice_gossip=info")
-                    .env("SLUICE_GOSSIP_KEY", KEY);
-                let mut daemon = Daemon::from_command(cmd).expect("spawn sluiced");
-                daemon
-                    .wait_http_ok(http, "/healthz", Duration::from_secs(30))
-                    .expect("sluiced becomes healthy");
+                let daemon = gossip_daemon(&config, KEY, http);
                 out.push(Node {
                     http,
                     gossip,

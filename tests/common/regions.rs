@@ -3,8 +3,9 @@
 //! schedule that stays clear of window boundaries.
 
 use serde_json::Value;
-use sluice_testkit::{Metrics, http_request};
+use sluice_testkit::{Daemon, Metrics, cargo_bin, http_request};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -66,4 +67,35 @@ pub fn pace<T>(
         out.extend(each(t));
     }
     out
+}
+
+/// One global rule for the gossip tests of whole fleets: 1,000 a minute per API key on
+/// `GET /global`, a sliding window shared by every region.
+pub const GLOBAL_RULES: &str = r#"
+domain: public-api
+rules:
+  - id: global-1m
+    match: { route: "GET /global" }
+    key: [api_key]
+    algorithm: sliding_window
+    limit: 1000
+    window: 1m
+    scope: global
+"#;
+
+/// Starts `sluiced` on `config` with gossip frames keyed by `key`, logging gossip at info
+/// (its sender election's pass-overs and takeovers show in a failed test's output), and
+/// waits until `http` says it is healthy.
+pub fn gossip_daemon(config: &Path, key: &str, http: SocketAddr) -> Daemon {
+    let bin = cargo_bin("sluiced").expect("sluiced is built (cargo build --workspace --bins)");
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn,sluice_gossip=info")
+        .env("SLUICE_GOSSIP_KEY", key);
+    let mut daemon = Daemon::from_command(cmd).expect("spawn sluiced");
+    daemon
+        .wait_http_ok(http, "/healthz", Duration::from_secs(30))
+        .expect("sluiced becomes healthy");
+    daemon
 }

@@ -12,6 +12,9 @@
 //!   every [`beacon_every`] (a packet it passes on, or an empty one). A daemon that has heard
 //!   nothing from the sender it counts on for [`stale_after`] passes it over until it is
 //!   heard again: the next lowest id takes over, at once rather than at its next shipment.
+//!   Only a silence it listened through counts: a daemon that was itself stalled (its
+//!   election ran late) gives the sender a fresh grace period, since the beacons sent
+//!   meanwhile may still be unread.
 //! - **Across regions**, a sender ships to every other region's receiver each interval (an
 //!   empty packet when it has nothing to ship). A region whose figures lately came from a
 //!   daemon other than the one the membership elects is sent to through that daemon: the
@@ -65,6 +68,9 @@ pub struct SenderWatch {
     passed_over: HashMap<String, Micros>,
     /// Other regions: the daemon that last relayed their figures here, and when.
     relayers: HashMap<String, (String, Micros)>,
+    /// When [`SenderWatch::electable`] last ran: a call long after it means this daemon was
+    /// not listening in between.
+    looked_at: Option<Micros>,
 }
 
 impl SenderWatch {
@@ -108,6 +114,14 @@ impl SenderWatch {
     ) -> Option<PassedOver> {
         let mut passed = None;
         self.forget(members);
+        // This daemon's own stall (descheduled, paused, its loop late): a call more than
+        // half the bound after the last one means it was not listening, and what its sender
+        // sent meanwhile may sit unread in its socket. Silence is counted only while it
+        // listens: the sender it counts on gets a grace period from now, as a new one does.
+        let stalled = self
+            .looked_at
+            .is_some_and(|t| now.saturating_sub(t) > stale / 2);
+        self.looked_at = Some(now);
         let heard = |h: &HashMap<String, Micros>, id: &str| h.get(id).copied().unwrap_or(0);
         for m in members.iter_mut() {
             if let Some(&at) = self.passed_over.get(m.node_id)
@@ -125,7 +139,7 @@ impl SenderWatch {
         // only a sender that went silent is passed over.
         if let Some(g) = relay::gateway(members, region).filter(|g| *g != me) {
             let since = match &self.counting_on {
-                Some((n, t)) if n == g => *t,
+                Some((n, t)) if n == g && !stalled => *t,
                 _ => {
                     self.counting_on = Some((g.to_string(), now));
                     now
@@ -215,6 +229,17 @@ mod tests {
         (g("a"), g("b"))
     }
 
+    /// [`elect`] at `to`, after the calls a daemon's ship loop makes every eighth of an
+    /// interval since `from` (a daemon that looks only now and then was not listening).
+    fn elect_after(w: &mut SenderWatch, me: &str, from: Micros, to: Micros) -> (String, String) {
+        let mut t = from;
+        while t + SHIP / 8 < to {
+            t += SHIP / 8;
+            elect(w, me, t);
+        }
+        elect(w, me, to)
+    }
+
     #[test]
     fn a_silent_sender_is_passed_over_within_one_interval_and_back_once_heard() {
         let mut w = SenderWatch::default();
@@ -225,7 +250,10 @@ mod tests {
         }
         // a-1's last beacon came at 1,750 ms; silence up to the bound keeps it.
         let last = 7 * beacon_every(SHIP);
-        assert_eq!(elect(&mut w, "a-3", last + stale_after(SHIP)).0, "a-1");
+        assert_eq!(
+            elect_after(&mut w, "a-3", last, last + stale_after(SHIP)).0,
+            "a-1"
+        );
         // Past it, a-2 is elected: within one interval of the last sign of life. The call
         // that passes a-1 over says so, with the silence it saw; the next ones do not.
         let t = last + stale_after(SHIP) + MS;
@@ -271,6 +299,51 @@ mod tests {
     }
 
     #[test]
+    fn a_daemon_that_was_not_listening_does_not_take_its_stall_for_the_senders_silence() {
+        // a-3 hears a-1's beacons every 250 ms and looks every 125 ms, up to 1 s.
+        let listen = |w: &mut SenderWatch| {
+            for t in 0..=8 {
+                if t % 2 == 0 {
+                    w.heard("a-1", t * SHIP / 8);
+                }
+                assert_eq!(elect(w, "a-3", t * SHIP / 8).0, "a-1");
+            }
+        };
+        // Then a-3 stalls (descheduled, paused) until 2.5 s. Its next look finds a-1 silent
+        // for 1.5 s, but a-3 was not listening and a-1's beacons may sit unread: not passed
+        // over. They are read: a-1 stays.
+        let back = SHIP + 3 * SHIP / 2;
+        let mut w = SenderWatch::default();
+        listen(&mut w);
+        assert_eq!(elect(&mut w, "a-3", back).0, "a-1");
+        assert!(!w.is_passed_over("a-1"));
+        w.heard("a-1", back + MS);
+        assert_eq!(
+            elect_after(&mut w, "a-3", back, back + stale_after(SHIP)).0,
+            "a-1"
+        );
+        // Had a-1 died meanwhile, nothing is heard after the stall: a-1 is passed over once
+        // a-3 has listened for the bound.
+        let mut w = SenderWatch::default();
+        listen(&mut w);
+        assert_eq!(elect(&mut w, "a-3", back).0, "a-1");
+        assert_eq!(
+            elect_after(&mut w, "a-3", back, back + stale_after(SHIP)).0,
+            "a-1"
+        );
+        let mut ms = fleet();
+        let passed = w.electable(
+            &mut ms,
+            "a-3",
+            "a",
+            back + stale_after(SHIP) + MS,
+            stale_after(SHIP),
+            relayer_kept(SHIP),
+        );
+        assert_eq!(passed.map(|p| p.node_id), Some("a-1".to_string()));
+    }
+
+    #[test]
     fn the_next_daemon_takes_over_for_itself_and_never_passes_itself_over() {
         let mut w = SenderWatch::default();
         assert_eq!(elect(&mut w, "a-2", 0).0, "a-1");
@@ -278,7 +351,10 @@ mod tests {
         assert_eq!(elect(&mut w, "a-2", 10 * SHIP).0, "a-1");
         // Heard, then silent: a-2 elects itself.
         w.heard("a-1", 10 * SHIP);
-        assert_eq!(elect(&mut w, "a-2", 10 * SHIP + stale_after(SHIP)).0, "a-1");
+        assert_eq!(
+            elect_after(&mut w, "a-2", 10 * SHIP, 10 * SHIP + stale_after(SHIP)).0,
+            "a-1"
+        );
         assert_eq!(
             elect(&mut w, "a-2", 10 * SHIP + stale_after(SHIP) + 1).0,
             "a-2"
