@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use sluice_gossip::pack::{Header, pack};
 use sluice_gossip::{FrameCodec, Kind};
 use sluice_testkit::{Daemon, RedisServer, cargo_bin, free_ports};
-use sluice_tests::common::regions::{self, metric, now_ms, pace};
+use sluice_tests::common::regions::{self, metric, now_ms, pace, wait_until};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -400,14 +400,6 @@ fn forged(codec: &FrameCodec, region: &str, key: &str, count: u64) -> Vec<u8> {
 
 fn remaining(v: &Value) -> u64 {
     v["policies"][0]["remaining"].as_u64().expect("remaining")
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

@@ -9,9 +9,12 @@
 //! passed nobody over and a-1 is still the one sender of region a.
 
 use sluice_testkit::{Daemon, TempDir, free_ports};
-use sluice_tests::common::regions::{GLOBAL_RULES, gossip_daemon, metric};
+use sluice_tests::common::regions::{GLOBAL_RULES, gossip_daemon, metric, wait_until};
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// A wait that does not end is a failure, not a measurement.
+const HANG: Duration = Duration::from_secs(30);
 
 const KEY: &str = "stall test gossip key, 32 bytes!";
 
@@ -44,14 +47,6 @@ fn start(dir: &TempDir, name: &str, region: &str, seeds: &[SocketAddr], ports: [
     Node { http, daemon }
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_stalled_daemon_does_not_pass_its_live_sender_over() {
     let dir = TempDir::new("stall").expect("temp dir");
@@ -70,13 +65,13 @@ fn a_stalled_daemon_does_not_pass_its_live_sender_over() {
         .enumerate()
         .map(|(i, (name, region))| start(&dir, name, region, &seeds, ports[i]))
         .collect();
-    wait_until("the membership to settle", || {
+    wait_until("the membership to settle", HANG, || {
         nodes
             .iter()
             .all(|n| metric(n.http, "sluice_gossip_live_nodes") >= 4.0)
     });
     let sender = |n: &Node| metric(n.http, "sluice_gossip_region_sender");
-    wait_until("one sender per region", || {
+    wait_until("one sender per region", HANG, || {
         nodes
             .iter()
             .enumerate()
@@ -90,7 +85,7 @@ fn a_stalled_daemon_does_not_pass_its_live_sender_over() {
         std::thread::sleep(Duration::from_millis(1_500));
         a2.daemon.signal("CONT").expect("SIGCONT a-2");
         let read = metric(a2.http, ACCEPTED);
-        wait_until("a-2 to read a second of a-1's beacons", || {
+        wait_until("a-2 to read a second of a-1's beacons", HANG, || {
             metric(a2.http, ACCEPTED) >= read + 4.0
         });
         assert_eq!(

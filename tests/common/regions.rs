@@ -69,6 +69,16 @@ pub fn pace<T>(
     out
 }
 
+/// Waits until `f` holds, polling; a timeout is a test failure naming `what`, never a
+/// measurement.
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// One global rule for the gossip tests of whole fleets: 1,000 a minute per API key on
 /// `GET /global`, a sliding window shared by every region.
 pub const GLOBAL_RULES: &str = r#"

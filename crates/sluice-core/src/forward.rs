@@ -30,6 +30,7 @@
 
 use crate::Micros;
 use crate::ship::ShipEntry;
+use crate::time::stepped_back;
 use std::collections::HashMap;
 
 /// The chord base for `n` regions and fan-out `fanout`: the smallest `b ≥ 2` with
@@ -200,8 +201,8 @@ impl Forwarder {
     /// What goes to `peer` now, grouped by origin: figures of the origins `passes_on` accepts
     /// (its origin's tree runs from here to `peer`: [`passes_on`]), never `peer`'s own, that are
     /// above what `peer` was sent (or sent us), or heard again `resend_after / 2` after it
-    /// last was (or `now` is half that before it: the clock stepped back); the highest first (ties by origin, key, window, so a simulation replays),
-    /// within `max_bytes` ([`ShipEntry::bytes`]). What is taken is recorded as sent; the
+    /// last was (or the clock [`stepped_back`] more than that since); the highest first (ties
+    /// by origin, key, window, so a simulation replays), within `max_bytes` ([`ShipEntry::bytes`]). What is taken is recorded as sent; the
     /// rest waits for the next call.
     pub fn take(
         &mut self,
@@ -217,13 +218,12 @@ impl Forwarder {
             .iter()
             .filter(|(f, _)| f.0 != peer && passes_on(&f.0))
             .filter(|(f, (c, at))| {
-                // `now` half `resend_after` before the last send to `peer`: the wall clock
-                // stepped back (not two tasks' readings racing), and how long ago that send
-                // was is unknown; the figure goes again, once.
+                // The slack: the receive loop and the ship loop both call this, and their
+                // readings race.
                 sent.get(*f).is_none_or(|(s, s_at)| {
                     c > s
                         || *at >= s_at.saturating_add(resend_after / 2)
-                        || now.saturating_add(resend_after / 2) < *s_at
+                        || stepped_back(now, *s_at, resend_after / 2)
                 })
             })
             .map(|(f, (c, _))| (f, *c))

@@ -223,10 +223,19 @@ mod tests {
 
     /// The gateways `me` elects at `now` (a's, b's).
     fn elect(w: &mut SenderWatch, me: &str, now: Micros) -> (String, String) {
+        elect_passing(w, me, now).0
+    }
+
+    /// [`elect`], with the sender that call passed over.
+    fn elect_passing(
+        w: &mut SenderWatch,
+        me: &str,
+        now: Micros,
+    ) -> ((String, String), Option<PassedOver>) {
         let mut ms = fleet();
-        w.electable(&mut ms, me, "a", now, stale_after(SHIP), relayer_kept(SHIP));
+        let passed = w.electable(&mut ms, me, "a", now, stale_after(SHIP), relayer_kept(SHIP));
         let g = |r| relay::gateway(&ms, r).unwrap_or("none").to_string();
-        (g("a"), g("b"))
+        ((g("a"), g("b")), passed)
     }
 
     /// [`elect`] at `to`, after the calls a daemon's ship loop makes every eighth of an
@@ -257,15 +266,7 @@ mod tests {
         // Past it, a-2 is elected: within one interval of the last sign of life. The call
         // that passes a-1 over says so, with the silence it saw; the next ones do not.
         let t = last + stale_after(SHIP) + MS;
-        let mut ms = fleet();
-        let passed = w.electable(
-            &mut ms,
-            "a-3",
-            "a",
-            t,
-            stale_after(SHIP),
-            relayer_kept(SHIP),
-        );
+        let (gateways, passed) = elect_passing(&mut w, "a-3", t);
         assert_eq!(
             passed,
             Some(PassedOver {
@@ -273,18 +274,9 @@ mod tests {
                 silent_for: stale_after(SHIP) + MS
             })
         );
-        assert_eq!(relay::gateway(&ms, "a"), Some("a-2"));
+        assert_eq!(gateways.0, "a-2");
         assert!(w.is_passed_over("a-1"));
-        let mut ms = fleet();
-        let again = w.electable(
-            &mut ms,
-            "a-3",
-            "a",
-            t + MS,
-            stale_after(SHIP),
-            relayer_kept(SHIP),
-        );
-        assert_eq!(again, None);
+        assert_eq!(elect_passing(&mut w, "a-3", t + MS).1, None);
         assert_eq!(elect(&mut w, "a-3", t).0, "a-2");
         // a-2 now has its own grace period: not passed over for a-1's silence.
         assert_eq!(elect(&mut w, "a-3", t + stale_after(SHIP)).0, "a-2");
@@ -331,15 +323,7 @@ mod tests {
             elect_after(&mut w, "a-3", back, back + stale_after(SHIP)).0,
             "a-1"
         );
-        let mut ms = fleet();
-        let passed = w.electable(
-            &mut ms,
-            "a-3",
-            "a",
-            back + stale_after(SHIP) + MS,
-            stale_after(SHIP),
-            relayer_kept(SHIP),
-        );
+        let passed = elect_passing(&mut w, "a-3", back + stale_after(SHIP) + MS).1;
         assert_eq!(passed.map(|p| p.node_id), Some("a-1".to_string()));
     }
 

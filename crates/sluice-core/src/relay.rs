@@ -21,6 +21,7 @@
 
 use crate::Micros;
 use crate::ship::ShipEntry;
+use crate::time::stepped_back;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
@@ -269,9 +270,8 @@ impl Collected {
     /// the rest waits in the table for the next shipment, so a sender's shipment stays
     /// within the interval's budget however many daemons collect to it ([`gather_budget`]).
     pub fn take(&mut self, now: Micros, resend_after: Micros, max_bytes: usize) -> Vec<ShipEntry> {
-        // A `now` before the last shipment (a wall clock stepped back) is taken as long
-        // after it: the daemons' resends must still get through.
-        if now < self.shipped_at || now - self.shipped_at > resend_after / 2 {
+        // Also after a clock [`stepped_back`]: the daemons' resends must still get through.
+        if stepped_back(now, self.shipped_at, 0) || now - self.shipped_at > resend_after / 2 {
             self.shipped = Default::default();
         }
         let shipped = &self.shipped;

@@ -29,7 +29,7 @@ use crate::hash::{InlineKey, Keyed, KeyedMap};
 use crate::matching::Applied;
 use crate::merge::figure_window;
 use crate::rules::Scope;
-use crate::time::{MILLI, Micros};
+use crate::time::{MILLI, Micros, stepped_back};
 use serde::{Deserialize, Serialize};
 
 /// What a key's share threshold is judged on: a setting of the daemon (`gossip.busy_on`)
@@ -296,16 +296,16 @@ impl Tracked {
         above(self.busy, self.limit, self.threshold)
     }
 
-    /// Due when new, risen, or shipped `resend_after` ago. A `now` before the last shipment
-    /// (the wall clock stepped back) counts as long ago: the time since is unknown, and
-    /// waiting for the clock to catch up would leave a lost datagram unrepaired as long.
+    /// Due when new, risen, or shipped `resend_after` ago (or before a clock that has
+    /// since [`stepped_back`]).
     fn due(&self, now: Micros, resend_after: Micros) -> bool {
         match self.shipped {
             None => self.figure > 0,
             Some(s) => {
                 self.figure > s
                     || (resend_after > 0
-                        && (now < self.shipped_at || now >= self.shipped_at + resend_after))
+                        && (stepped_back(now, self.shipped_at, 0)
+                            || now >= self.shipped_at + resend_after))
             }
         }
     }

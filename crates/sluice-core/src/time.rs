@@ -31,6 +31,16 @@ pub fn ceil_millis(us: Micros) -> u64 {
     div_ceil(us, MILLI)
 }
 
+/// Whether a wall-clock reading `now` lies more than `slack` before `then`, an earlier
+/// reading of the same clock: the clock was stepped back (NTP, an operator), and how long
+/// has passed since `then` is unknown. A resend timer takes that as long enough, so a lost
+/// datagram is repaired at once rather than when the clock catches up. `slack` absorbs two
+/// tasks' readings that race (0 when one task reads).
+#[inline]
+pub fn stepped_back(now: Micros, then: Micros, slack: Micros) -> bool {
+    now.saturating_add(slack) < then
+}
+
 /// A span parsed from the rule format (`250ms`, `1s`, `1m`, `1h`, `1d`, `1w`, `1mo`).
 ///
 /// Months have no fixed length, so they only make sense for calendar-aligned windows; the
