@@ -46,7 +46,15 @@ fn bench(c: &mut Criterion) {
     let answers: Vec<Answer> = p
         .calls
         .iter()
-        .map(|pc| Answer::Done(apply(&pc.call, &vec![None; pc.call.items.len()]).0))
+        .map(|pc| {
+            Answer::Done(
+                apply(
+                    &pc.call,
+                    &vec![None::<sluice_core::State>; pc.call.items.len()],
+                )
+                .0,
+            )
+        })
         .collect();
     c.bench_function("decide", |b| {
         b.iter(|| black_box(p.decide(1, black_box(&answers))))

@@ -58,7 +58,7 @@ fn bench(c: &mut Criterion) {
             if let Sent::Lease { batch } = sent {
                 call.cost = batch;
             }
-            let (mut res, _) = apply(&call, &vec![None; call.items.len()]);
+            let (mut res, _) = apply(&call, &vec![None::<sluice_core::State>; call.items.len()]);
             if r == "refused" {
                 res.allowed = false;
                 res.outcomes[0].allowed = false;

@@ -8,6 +8,7 @@
 
 use crate::algo::{self, GiveBackReq, Outcome, Params, Remote, Request, State};
 use crate::time::Micros;
+use std::borrow::Cow;
 
 /// One rule's part of an identity's check.
 #[derive(Clone, Debug, PartialEq)]
@@ -106,13 +107,39 @@ impl Call {
     }
 }
 
+/// A key's current state as [`apply`] and [`answer`] read it: owned (a test's table, the
+/// hot-key gate's), borrowed from the store's own table (no copy of each state per call), or
+/// either ([`Cow`], a store that builds some states and lends the others).
+pub trait StateRef {
+    /// The state, `None` when the key is absent.
+    fn state(&self) -> Option<&State>;
+}
+
+impl StateRef for Option<State> {
+    fn state(&self) -> Option<&State> {
+        self.as_ref()
+    }
+}
+
+impl StateRef for Option<&State> {
+    fn state(&self) -> Option<&State> {
+        *self
+    }
+}
+
+impl StateRef for Option<Cow<'_, State>> {
+    fn state(&self) -> Option<&State> {
+        self.as_deref()
+    }
+}
+
 /// Checks every item, then takes from all when every enforced item allows.
 ///
 /// `states[i]` is the current state of `items[i].key` (None = absent). Shadow items take only
 /// when they would have allowed, so their counts track what enforcing them would do.
 /// Refused requests charge only `charge_rejected` items. A shared bucket that takes nothing
 /// but drained new remote consumption is written too (a take of 0: [`algo::remote_news`]).
-pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) {
+pub fn apply(call: &Call, states: &[impl StateRef]) -> (CallResult, Vec<Write>) {
     let mut writes = Vec::with_capacity(call.items.len());
     let result = apply_into(call, states, &mut writes);
     (result, writes)
@@ -120,7 +147,7 @@ pub fn apply(call: &Call, states: &[Option<State>]) -> (CallResult, Vec<Write>) 
 
 /// [`apply`] writing the writes into `writes` (cleared first), so a store can reuse one
 /// buffer across calls instead of allocating a vector per call.
-pub fn apply_into(call: &Call, states: &[Option<State>], writes: &mut Vec<Write>) -> CallResult {
+pub fn apply_into(call: &Call, states: &[impl StateRef], writes: &mut Vec<Write>) -> CallResult {
     let mut result = CallResult {
         allowed: true,
         outcomes: Vec::with_capacity(call.items.len()),
@@ -133,7 +160,7 @@ pub fn apply_into(call: &Call, states: &[Option<State>], writes: &mut Vec<Write>
 /// across calls, a call allocates nothing.
 pub fn apply_reusing(
     call: &Call,
-    states: &[Option<State>],
+    states: &[impl StateRef],
     result: &mut CallResult,
     writes: &mut Vec<Write>,
 ) {
@@ -157,14 +184,14 @@ pub fn apply_reusing(
                     // A shared bucket that drained news from other regions keeps it even when it
                     // takes nothing: otherwise its key would expire on its own refill schedule
                     // and a fresh key would forget what the other regions took.
-                    if algo::remote_news(st.as_ref(), &req) {
+                    if algo::remote_news(st.state(), &req) {
                         let (state, ttl) =
-                            algo::take(&item.params, st.as_ref(), &Request { cost: 0, ..req });
+                            algo::take(&item.params, st.state(), &Request { cost: 0, ..req });
                         return Write::Put(state, ttl);
                     }
                     return Write::Keep;
                 }
-                let (state, ttl) = algo::take(&item.params, st.as_ref(), &req);
+                let (state, ttl) = algo::take(&item.params, st.state(), &req);
                 Write::Put(state, ttl)
             }),
     );
@@ -191,7 +218,7 @@ pub fn takes(
 
 /// What [`apply`] answers for `call` over `states`, without the writes: a store whose atomic
 /// step already wrote (Redis's script) answers from the states it read, with this same code.
-pub fn answer(call: &Call, states: &[Option<State>]) -> CallResult {
+pub fn answer(call: &Call, states: &[impl StateRef]) -> CallResult {
     let mut result = CallResult {
         allowed: true,
         outcomes: Vec::with_capacity(call.items.len()),
@@ -201,14 +228,14 @@ pub fn answer(call: &Call, states: &[Option<State>]) -> CallResult {
 }
 
 /// [`answer`] into `out`, overwriting it and reusing its outcomes' buffer.
-pub fn answer_into(call: &Call, states: &[Option<State>], out: &mut CallResult) {
+pub fn answer_into(call: &Call, states: &[impl StateRef], out: &mut CallResult) {
     let outcomes = &mut out.outcomes;
     outcomes.clear();
     outcomes.extend(
         call.items
             .iter()
             .zip(states)
-            .map(|(item, st)| algo::evaluate(&item.params, st.as_ref(), &call.request(item))),
+            .map(|(item, st)| algo::evaluate(&item.params, st.state(), &call.request(item))),
     );
     let allowed = call
         .items
@@ -380,7 +407,7 @@ mod tests {
             },
         )]);
         c.cost = 0;
-        let (r, w) = apply(&c, &[None]);
+        let (r, w) = apply(&c, &[None::<crate::State>]);
         assert!(r.allowed);
         assert_eq!(r.outcomes[0].remaining, 1);
         assert_eq!(w, vec![Write::Keep]);

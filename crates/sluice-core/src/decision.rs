@@ -578,11 +578,13 @@ fn status_into(p: &mut PolicyStatus, a: &Applied<'_>, outcome: Option<&Outcome>,
     p.headers = rule.headers;
     p.via = via;
     // A split rule's client sees the whole rule, not the sub-count it counted under.
-    let whole = a.split.as_ref().map_or(a.params.as_ref(), |sp| &sp.whole);
-    (p.limit, p.window_s) = advertised(whole);
-    p.unit = QuotaUnit::of(whole);
+    let adv = &a.advertised;
+    p.limit = adv.limit;
+    p.window_s = adv.window_s;
+    p.unit = adv.unit;
     let Some(o) = outcome else {
         let closed = via == Via::FailedClosed;
+        let whole = a.split.as_ref().map_or(a.params.as_ref(), |sp| &sp.whole);
         p.remaining = if closed { 0 } else { whole.limit() };
         p.reset_s = 1;
         p.allowed = !closed;
@@ -598,7 +600,12 @@ fn status_into(p: &mut PolicyStatus, a: &Applied<'_>, outcome: Option<&Outcome>,
         Some(sp) => sp.remaining(o.remaining, o.limit),
         None => o.remaining,
     };
-    p.reset_s = reset_secs(&a.params, o, p.retry_after_ms);
+    // The sub-count's own rate for a split rule: its bucket is the one that refills.
+    let bucket = match &a.split {
+        Some(_) => bucket_rate(&a.params),
+        None => adv.bucket,
+    };
+    p.reset_s = reset_secs(bucket, o, p.retry_after_ms);
     p.allowed = o.allowed;
 }
 
@@ -628,15 +635,45 @@ fn advertised(params: &Params) -> (u64, u64) {
     bucket_rate(params).unwrap_or_else(|| (params.limit(), ceil_secs(params.window()).max(1)))
 }
 
-/// `RateLimit`'s `t`, whole seconds rounded up. Refused: the policy's own wait, as
+/// What a rule's numbers tell a client: [`advertised`]'s quota and window, the unit, and the
+/// [`bucket_rate`] a reset is counted by. Worked out once per rule when its rule set is
+/// indexed (and per request only for numbers an override changed): each is a division or
+/// two, which a decision would otherwise pay per policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advertised {
+    /// `RateLimit-Policy`'s `q`.
+    pub limit: u64,
+    /// `RateLimit-Policy`'s `w`, whole seconds (at least 1).
+    pub window_s: u64,
+    /// What the quota counts.
+    pub unit: QuotaUnit,
+    /// A bucket's sustained rate as `(q, w)`; `None` for the other algorithms.
+    pub bucket: Option<(u64, u64)>,
+}
+
+impl Advertised {
+    /// The figures of `params`.
+    pub fn of(params: &Params) -> Advertised {
+        let (limit, window_s) = advertised(params);
+        Advertised {
+            limit,
+            window_s,
+            unit: QuotaUnit::of(params),
+            bucket: bucket_rate(params),
+        }
+    }
+}
+
+/// `RateLimit`'s `t`, whole seconds rounded up; `bucket` is the counting rule's
+/// [`bucket_rate`]. Refused: the policy's own wait, as
 /// `Retry-After` says it (the deciding policy's `t` is the header's value). Allowed with
 /// nothing left: until a unit is back (a bucket's next token; a window's end). Else until
 /// the quota is whole again (a full bucket, the window's end).
-fn reset_secs(params: &Params, o: &Outcome, retry_after_ms: u64) -> u64 {
+fn reset_secs(bucket: Option<(u64, u64)>, o: &Outcome, retry_after_ms: u64) -> u64 {
     if !o.allowed {
         return retry_after_secs(retry_after_ms);
     }
-    match bucket_rate(params) {
+    match bucket {
         Some((q, w)) if o.remaining == 0 => {
             // To full is `limit` tokens away; the next token is `limit - 1` tokens sooner.
             let per_token = u128::from(w) * u128::from(SECOND) / u128::from(q.max(1));
@@ -830,6 +867,43 @@ rules:
                 Answer::Done(r)
             })
             .collect()
+    }
+
+    /// A policy quotes the numbers the request counted under: the rule's own (worked out
+    /// when the set was indexed), an override's (worked out per request), a reused plan's
+    /// entry never keeping the other's.
+    #[test]
+    fn a_policy_quotes_the_numbers_it_counted_under() {
+        let set = parse_yaml(
+            r#"
+domain: api
+rules:
+  - { id: burst, key: [api_key], algorithm: token_bucket, rate_per_s: 20, burst: 40 }
+  - { id: daily, key: [api_key], algorithm: fixed_window, limit: 1000, window: 1d }
+overrides:
+  - { identity: { api_key: big }, rule: burst, rate_per_s: 200, burst: 400 }
+  - { identity: { api_key: big }, rule: daily, limit: 50000 }
+"#,
+        )
+        .expect("valid");
+        let dom = set.domain("api").expect("domain");
+        let mut states = Default::default();
+        let mut p = Plan::default();
+        let mut figures = |key: &str| {
+            plan_into(&mut p, dom, &desc(&[("api_key", key)]), 0, 1, "r", |_| {
+                Remote::default()
+            });
+            let d = p.decide(1, &run(&p, &mut states));
+            d.policies
+                .iter()
+                .map(|s| (s.limit, s.window_s, s.remaining))
+                .collect::<Vec<_>>()
+        };
+        let plain = vec![(20, 1, 39), (1000, 86_400, 999)];
+        let big = vec![(200, 1, 399), (50_000, 86_400, 49_999)];
+        assert_eq!(figures("small"), plain);
+        assert_eq!(figures("big"), big);
+        assert_eq!(figures("other"), plain);
     }
 
     #[test]
@@ -1088,7 +1162,7 @@ rules:
                 burst: 10
             }
         );
-        let (local, _) = apply(&fb, &vec![None; fb.items.len()]);
+        let (local, _) = apply(&fb, &vec![None::<crate::State>; fb.items.len()]);
         let dec = p.decide(
             1,
             &[

@@ -133,6 +133,9 @@ pub struct Applied<'a> {
     pub split: Option<crate::hotkeys::split::Split>,
     /// The named store it counts in ([`crate::stores::chosen`]; `None`: the main one).
     pub store: Option<&'a str>,
+    /// What its numbers tell the client (of the whole rule, for a split one), so a decision
+    /// reads them rather than works them out per policy.
+    pub advertised: crate::decision::Advertised,
 }
 
 /// The identity string of a rule's key fields (`None` when a key field is missing, or is
@@ -294,6 +297,7 @@ pub(crate) fn applicable_reusing<'a>(
                 factor: 1,
                 split: None,
                 store: None,
+                advertised: idx.advertised(i),
             });
         }
         let (done, rest) = out.split_at_mut(n);
@@ -325,6 +329,10 @@ pub(crate) fn applicable_reusing<'a>(
             None if matches!(a.params, Cow::Borrowed(p) if std::ptr::eq(p, &r.params)) => {}
             None => a.params = Cow::Borrowed(&r.params),
         }
+        a.advertised = match &a.params {
+            Cow::Borrowed(_) => idx.advertised(i),
+            Cow::Owned(p) => crate::decision::Advertised::of(p),
+        };
         a.store = crate::stores::chosen(r, ov);
         a.rule = r;
         a.split = None;
@@ -343,6 +351,7 @@ pub(crate) fn applicable_reusing<'a>(
                 && let Ok(f) = fs.with_share(share)
             {
                 a.params = Cow::Owned(Params::FairShare(f));
+                a.advertised = crate::decision::Advertised::of(&a.params);
             }
             crate::keys::fair_share_key_into(&mut a.key, &a.identity, &r.id);
         }

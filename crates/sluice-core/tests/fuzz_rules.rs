@@ -115,7 +115,15 @@ fn serve(dom: &sluice_core::rules::Domain, d: &Descriptors, cost: u64) {
     let answers: Vec<Answer> = p
         .calls
         .iter()
-        .map(|c| Answer::Done(apply(&c.call, &vec![None; c.call.items.len()]).0))
+        .map(|c| {
+            Answer::Done(
+                apply(
+                    &c.call,
+                    &vec![None::<sluice_core::State>; c.call.items.len()],
+                )
+                .0,
+            )
+        })
         .collect();
     let dec = p.decide(1, &answers);
     let _ = headers(&dec);

@@ -24,6 +24,8 @@ use sluice_core::hash::{InlineKey, Keyed};
 use sluice_core::keys::hash_tag;
 use sluice_core::{Micros, State, algo};
 use sluice_rng::splitmix64;
+use smallvec::SmallVec;
+use std::borrow::Cow;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +52,6 @@ struct Entry {
 #[derive(Debug)]
 struct Shard {
     map: Table,
-    states: Vec<Option<State>>,
     writes: Vec<Write>,
     /// Each item's key hash, taken when its state is read and used again to write it.
     hashes: Vec<u64>,
@@ -241,7 +242,6 @@ impl MemoryStore {
                 .map(|i| {
                     Mutex::new(Shard {
                         map: Table::new(Keyed::new(seed ^ i as u64), splitmix64(&mut mix)),
-                        states: Vec::new(),
                         writes: Vec::new(),
                         hashes: Vec::new(),
                     })
@@ -297,16 +297,18 @@ impl MemoryStore {
         let mut guard = Self::lock(&self.shards[si]);
         let Shard {
             map,
-            states,
             writes,
             hashes,
         } = &mut *guard;
         let now = call.now;
-        states.clear();
+        // Read in place: a state is lent to the arithmetic, not copied (a fair share's two
+        // halves are put together, so owned). On the stack up to 8 items, an identity's rules
+        // in one call; a larger call allocates.
+        let mut states: SmallVec<[Option<Cow<'_, State>>; 8]> = SmallVec::new();
         hashes.clear();
         for item in &call.items {
             if let algo::Params::FairShare(_) = item.params {
-                states.push(Some(fair_share_state(map, &item.key, now)?));
+                states.push(Some(Cow::Owned(fair_share_state(map, &item.key, now)?)));
                 hashes.push(0);
                 continue;
             }
@@ -325,13 +327,14 @@ impl MemoryStore {
                             ),
                         });
                     }
-                    Some(e.state.clone())
+                    Some(Cow::Borrowed(&e.state))
                 }
                 _ => None,
             };
             states.push(st);
         }
-        let result = apply_into(call, states, writes);
+        let result = apply_into(call, &states, writes);
+        drop(states);
         for ((item, w), &h) in call.items.iter().zip(writes.drain(..)).zip(hashes.iter()) {
             if let (
                 algo::Params::FairShare(fs),

@@ -8,6 +8,7 @@ use sluice_core::hash::Keyed;
 use sluice_core::matching::Descriptors;
 use sluice_core::rules::Domain;
 use sluice_core::{Micros, Remote, State};
+use smallvec::SmallVec;
 use std::hash::BuildHasher;
 use std::hint::black_box;
 
@@ -49,7 +50,6 @@ pub fn descriptors() -> Descriptors {
 pub struct Scratch<'a> {
     plan: Plan<'a>,
     answers: Vec<Answer>,
-    cur: Vec<Option<State>>,
     hashes: Vec<u64>,
     writes: Vec<Write>,
     decision: Decision,
@@ -63,7 +63,6 @@ impl Scratch<'_> {
         Scratch {
             plan: Plan::default(),
             answers: Vec::new(),
-            cur: Vec::new(),
             hashes: Vec::new(),
             writes: Vec::new(),
             decision: Decision::unlimited(0),
@@ -87,14 +86,6 @@ pub fn decide_once<'s, 'a>(
     let calls = &s.plan.calls;
     s.answers.truncate(calls.len());
     for (i, pc) in calls.iter().enumerate() {
-        s.cur.clear();
-        s.hashes.clear();
-        for it in &pc.call.items {
-            let h = s.hasher.hash_one(it.key.as_str());
-            s.hashes.push(h);
-            let st = s.states.find(h, |(k, _)| *k == it.key);
-            s.cur.push(st.map(|(_, st)| st.clone()));
-        }
         if i == s.answers.len() {
             s.answers.push(Answer::Done(CallResult {
                 allowed: true,
@@ -104,7 +95,17 @@ pub fn decide_once<'s, 'a>(
         let Answer::Done(r) = &mut s.answers[i] else {
             unreachable!("only Done answers are kept")
         };
-        apply_reusing(&pc.call, &s.cur, r, &mut s.writes);
+        // The states are read in place, as the memory store lends them, and written after.
+        s.hashes.clear();
+        {
+            let mut cur: SmallVec<[Option<&State>; 8]> = SmallVec::new();
+            for it in &pc.call.items {
+                let h = s.hasher.hash_one(it.key.as_str());
+                s.hashes.push(h);
+                cur.push(s.states.find(h, |(k, _)| *k == it.key).map(|(_, st)| st));
+            }
+            apply_reusing(&pc.call, &cur, r, &mut s.writes);
+        }
         let puts = pc.call.items.iter().zip(&s.hashes).zip(s.writes.drain(..));
         for ((it, &h), w) in puts {
             if let Write::Put(st, _) = w {

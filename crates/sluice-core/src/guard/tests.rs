@@ -171,7 +171,7 @@ use crate::matching::desc;
 
 /// Runs a call on fresh state, as a store (or a local bucket) would.
 fn fresh(c: &Call) -> CallResult {
-    apply(c, &vec![None; c.items.len()]).0
+    apply(c, &vec![None::<crate::State>; c.items.len()]).0
 }
 
 #[test]

@@ -138,6 +138,8 @@ pub(crate) struct Index {
     key_tails: Vec<Box<str>>,
     /// Per rule: its key fields, in order.
     key_fields: Vec<Box<[KeyRef]>>,
+    /// Per rule: what its own numbers tell a client.
+    advertised: Vec<crate::decision::Advertised>,
     /// Per rule: the first rule with the same key fields and masks (so the same identity).
     key_class: Vec<u32>,
     /// Each descriptor some rule counts by network, with the first such rule: a request's
@@ -266,6 +268,8 @@ impl Index {
             idx.matchers.push(ms.into());
             idx.key_tails
                 .push(crate::keys::key_tail(&r.id, r.params.kind()).into());
+            idx.advertised
+                .push(crate::decision::Advertised::of(&r.params));
             let kf: Box<[KeyRef]> = r
                 .key
                 .iter()
@@ -507,6 +511,11 @@ impl Index {
     /// Rule `i`'s group number (`u32::MAX`: none) and specificity.
     pub(crate) fn group_of(&self, i: usize) -> (u32, u32) {
         (self.group[i], self.specificity[i])
+    }
+
+    /// What rule `i`'s own numbers tell a client.
+    pub(crate) fn advertised(&self, i: usize) -> crate::decision::Advertised {
+        self.advertised[i]
     }
 
     /// What rule `i`'s store keys hold after the identity.
