@@ -637,8 +637,8 @@ fn advertised(params: &Params) -> (u64, u64) {
 
 /// What a rule's numbers tell a client: [`advertised`]'s quota and window, the unit, and the
 /// [`bucket_rate`] a reset is counted by. Worked out once per rule when its rule set is
-/// indexed (and per request only for numbers an override changed): each is a division or
-/// two, which a decision would otherwise pay per policy.
+/// indexed (and per request only for numbers an override or a fair share's share changed):
+/// each is a division or two, which a decision would otherwise pay per policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Advertised {
     /// `RateLimit-Policy`'s `q`.

@@ -329,10 +329,6 @@ pub(crate) fn applicable_reusing<'a>(
             None if matches!(a.params, Cow::Borrowed(p) if std::ptr::eq(p, &r.params)) => {}
             None => a.params = Cow::Borrowed(&r.params),
         }
-        a.advertised = match &a.params {
-            Cow::Borrowed(_) => idx.advertised(i),
-            Cow::Owned(p) => crate::decision::Advertised::of(p),
-        };
         a.store = crate::stores::chosen(r, ov);
         a.rule = r;
         a.split = None;
@@ -351,10 +347,15 @@ pub(crate) fn applicable_reusing<'a>(
                 && let Ok(f) = fs.with_share(share)
             {
                 a.params = Cow::Owned(Params::FairShare(f));
-                a.advertised = crate::decision::Advertised::of(&a.params);
             }
             crate::keys::fair_share_key_into(&mut a.key, &a.identity, &r.id);
         }
+        // The index's figures for the rule's own numbers; an override's or a share's are
+        // worked out here.
+        a.advertised = match &a.params {
+            Cow::Borrowed(_) => idx.advertised(i),
+            Cow::Owned(p) => crate::decision::Advertised::of(p),
+        };
         applied.push(i);
         n += 1;
     }
