@@ -128,12 +128,14 @@ impl Fleet {
     /// shipment the design accepts for a slow sender (docs/regions.md), printed, not hidden.
     fn one_sender_each(&self, cross: &[Vec<f64>], regions: std::ops::Range<usize>) {
         let passed = self.passed_over();
+        let kept = self.per_daemon("sluice_gossip_senders_kept_total");
         for r in regions {
             let senders: Vec<usize> = (0..DAEMONS).filter(|d| cross[r][*d] > 0.0).collect();
             let passed_over: f64 = passed[r].iter().sum();
             let msg = format!(
-                "{}: cross-region datagrams per daemon {:?}, pass-overs {:?}",
-                REGIONS[r], cross[r], passed[r]
+                "{}: cross-region datagrams per daemon {:?}, pass-overs {:?}, senders kept after \
+                 the membership dropped them {:?}",
+                REGIONS[r], cross[r], passed[r], kept[r]
             );
             if passed_over > 0.0 {
                 eprintln!("fleet: a sender was passed over, a duplicate sender allowed: {msg}");

@@ -15,6 +15,11 @@
 //!   Only a silence it listened through counts: a daemon that was itself stalled (its
 //!   election ran late) gives the sender a fresh grace period, since the beacons sent
 //!   meanwhile may still be unread.
+//! - **The membership's drops are checked too.** Its detector drops a live daemon when this
+//!   one stalled or its gossip lagged, at times this region's lower ids before the other
+//!   regions' daemons; a daemon that then elected itself would ship beside a sender it still
+//!   hears. So the sender a daemon counts on stays electable, listed or not, until this
+//!   watch passes it over ([`SenderWatch::kept`]).
 //! - **Across regions**, a sender ships to every other region's receiver each interval (an
 //!   empty packet when it has nothing to ship). A region whose figures lately came from a
 //!   daemon other than the one the membership elects is sent to through that daemon: the
@@ -180,6 +185,33 @@ impl SenderWatch {
             }
         }
         passed
+    }
+
+    /// The sender this daemon counts on, when the membership (`members`) no longer lists it
+    /// and this watch has not passed it over. The membership's detector drops a live daemon
+    /// when this one stalled or its gossip lagged, and it may drop this region's lower ids
+    /// before the other regions' daemons: electing itself then makes a second sender that no
+    /// pass-over explains. The shell puts the daemon returned back among the members it
+    /// elects from, so that its silence is judged here, as a listed sender's is: silent past
+    /// the bound, it is passed over (and counted) and not kept again. One never heard from is
+    /// kept only for the grace period a new sender gets (`stale` from when this daemon began
+    /// counting on it, or from the end of a stall of its own): after that the membership
+    /// decides, as it does for a listed one.
+    pub fn kept(&self, members: &[Member<'_>], now: Micros, stale: Micros) -> Option<&str> {
+        let (g, since) = self.counting_on.as_ref()?;
+        if members.iter().any(|m| m.node_id == g) {
+            return None;
+        }
+        let keep = match self.heard.get(g) {
+            Some(&heard) => self.passed_over.get(g).is_none_or(|&at| heard > at),
+            None => {
+                let stalled = self
+                    .looked_at
+                    .is_some_and(|t| now.saturating_sub(t) > stale / 2);
+                stalled || now.saturating_sub(*since) <= stale
+            }
+        };
+        keep.then_some(g.as_str())
     }
 
     /// Whether this daemon has passed `node_id` over (tests, metrics).
@@ -348,6 +380,94 @@ mod tests {
         // The lowest id never watches anyone.
         let mut w = SenderWatch::default();
         assert_eq!(elect(&mut w, "a-1", 10 * SHIP).0, "a-1");
+    }
+
+    /// The gateways `me` elects at `now` when the membership lists only `listed`, with the
+    /// sender the watch keeps put back, as the shell does.
+    fn elect_listed(w: &mut SenderWatch, me: &str, listed: &[&str], now: Micros) -> String {
+        let mut ms: Vec<Member<'_>> = fleet()
+            .into_iter()
+            .filter(|m| listed.contains(&m.node_id))
+            .collect();
+        let kept = w.kept(&ms, now, stale_after(SHIP)).map(str::to_string);
+        if let Some(k) = &kept {
+            let back = fleet().into_iter().find(|m| m.node_id == k.as_str());
+            ms.extend(back);
+        }
+        w.electable(&mut ms, me, "a", now, stale_after(SHIP), relayer_kept(SHIP));
+        relay::gateway(&ms, "a").unwrap_or("none").to_string()
+    }
+
+    #[test]
+    fn a_sender_still_heard_is_kept_when_the_membership_drops_it() {
+        // a-3 counts on a-1 and hears its beacons every 250 ms, up to 1 s.
+        let all = ["a-1", "a-2", "a-3", "b-1", "b-2"];
+        let mut w = SenderWatch::default();
+        for t in 0..=4 {
+            w.heard("a-1", t * beacon_every(SHIP));
+            assert_eq!(
+                elect_listed(&mut w, "a-3", &all, t * beacon_every(SHIP)),
+                "a-1"
+            );
+        }
+        // a-3's membership drops a-1 and a-2 but not b's daemons (its detector ran late after
+        // a stall of its own): a-1's beacons still arrive, so a-1 stays the sender, not a-3.
+        let dropped = ["a-3", "b-1", "b-2"];
+        let mut t = SHIP;
+        while t < 3 * SHIP {
+            t += SHIP / 8;
+            if t.is_multiple_of(beacon_every(SHIP)) {
+                w.heard("a-1", t);
+            }
+            assert_eq!(elect_listed(&mut w, "a-3", &dropped, t), "a-1", "at {t}");
+        }
+        assert!(!w.is_passed_over("a-1"));
+        // a-1 falls silent: passed over after the bound, as a listed sender would be, and not
+        // kept again; the membership decides from then on.
+        let last = t - t % beacon_every(SHIP);
+        let mut passed = None;
+        while passed.is_none() {
+            t += SHIP / 8;
+            let mut ms: Vec<Member<'_>> = fleet()
+                .into_iter()
+                .filter(|m| dropped.contains(&m.node_id))
+                .collect();
+            if w.kept(&ms, t, stale_after(SHIP)).is_some() {
+                ms.extend(fleet().into_iter().filter(|m| m.node_id == "a-1"));
+            }
+            passed = w.electable(
+                &mut ms,
+                "a-3",
+                "a",
+                t,
+                stale_after(SHIP),
+                relayer_kept(SHIP),
+            );
+        }
+        assert!(t - last > stale_after(SHIP) && t - last <= stale_after(SHIP) + SHIP / 8);
+        assert_eq!(elect_listed(&mut w, "a-3", &dropped, t + SHIP / 8), "a-3");
+        // After a stall of a-3's own, the sender it counts on is kept for a fresh grace
+        // period, even though its last beacon is older than the bound.
+        let mut w = SenderWatch::default();
+        w.heard("a-1", 0);
+        assert_eq!(elect_listed(&mut w, "a-3", &all, 0), "a-1");
+        let back = 2 * SHIP;
+        assert_eq!(elect_listed(&mut w, "a-3", &dropped, back), "a-1");
+        w.heard("a-1", back + MS);
+        assert_eq!(
+            elect_listed(&mut w, "a-3", &dropped, back + SHIP / 8),
+            "a-1"
+        );
+        // One never heard from (it may not know a-3 yet) is kept for the grace period only;
+        // then the membership decides.
+        let mut w = SenderWatch::default();
+        assert_eq!(elect_listed(&mut w, "a-3", &all, 0), "a-1");
+        let mut t = 0;
+        while t + SHIP / 8 <= stale_after(SHIP) {
+            t += SHIP / 8;
+            assert_eq!(elect_listed(&mut w, "a-3", &dropped, t), "a-1", "at {t}");
+        }
+        assert_eq!(elect_listed(&mut w, "a-3", &dropped, t + SHIP / 8), "a-3");
     }
 
     #[test]

@@ -129,6 +129,7 @@ pub struct GossipMetrics {
     key_changes: [AtomicU64; 2],
     sender_takeovers: AtomicU64,
     senders_passed_over: AtomicU64,
+    senders_kept: AtomicU64,
     lag: [AtomicU64; LAG_BUCKETS_MS.len()],
     lag_count: AtomicU64,
     lag_sum_ms: AtomicU64,
@@ -171,6 +172,15 @@ impl GossipMetrics {
 
     pub(crate) fn sender_takeover(&self) {
         add(&self.sender_takeovers, 1);
+    }
+
+    pub(crate) fn sender_kept(&self) {
+        add(&self.senders_kept, 1);
+    }
+
+    /// Times the election kept its region's sender after the membership dropped it.
+    pub fn senders_kept(&self) -> u64 {
+        self.senders_kept.load(Ordering::Relaxed)
     }
 
     pub(crate) fn sender_passed_over(&self) {
@@ -429,6 +439,12 @@ impl GossipMetrics {
             "sluice_gossip_senders_passed_over_total",
             "Times this daemon stopped counting on its region's sender because it heard nothing from it for gossip.sender_stale_ms; until it is heard again the next daemon sends. Rising while the sender is up: its beacons arrive late (an overloaded host or a lossy network), and each time costs a duplicate shipment.",
             load(&self.senders_passed_over),
+        );
+        prom::counter(
+            out,
+            "sluice_gossip_senders_kept_total",
+            "Times the membership dropped this region's sender while this daemon still heard it (or had just resumed from a stall of its own), and the election kept it rather than elect a second sender. Rising: the membership's failure detector drops live daemons (this host stalls, or gossip is lost).",
+            load(&self.senders_kept),
         );
         let changes = "sluice_gossip_key_changes_total";
         prom::header(

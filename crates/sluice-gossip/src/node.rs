@@ -21,7 +21,7 @@ use sluice_core::merge::RemoteCounts;
 use sluice_core::relay::Collected;
 use sluice_core::ship::{Budget, LocalUsage, Observed};
 use sluice_core::{Micros, Params, Remote};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -211,11 +211,22 @@ struct Inner {
     live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
     /// Signs of life the sender election takes into account ([`liveness`]).
     watch: Mutex<SenderWatch>,
+    /// This region's members as last listed, to put back a sender the membership dropped
+    /// while the watch still counts on it.
+    region_seen: Mutex<RegionSeen>,
     /// When this daemon last sent a datagram inside its region (monotonic µs): a sender that did
     /// lately needs no beacon.
     in_region_at: AtomicU64,
     /// Other regions' figures to pass on to peer regions (`fanout` above 0).
     forwarding: Forwarding,
+}
+
+/// This region's members as the sender election last saw them listed, by node id (pruned to
+/// those listed and the one kept), and the sender it keeps after the membership dropped it.
+#[derive(Default)]
+struct RegionSeen {
+    listed: HashMap<String, Member>,
+    keeping: Option<String>,
 }
 
 /// A running gossip node. Dropping it aborts its tasks; [`Node::shutdown`] stops them.
@@ -345,6 +356,7 @@ impl Node {
             seq: AtomicU64::new(1),
             live,
             watch: Mutex::new(SenderWatch::default()),
+            region_seen: Mutex::new(RegionSeen::default()),
             in_region_at: AtomicU64::new(0),
             forwarding: Forwarding::default(),
             cfg,

@@ -25,7 +25,9 @@ pub(super) async fn receive_loop(
     // membership changes (not at the next interval: a daemon that just joined hears at once).
     let mut live = inner.live.clone();
     let mut fan_out: Vec<SocketAddr> = Vec::new();
-    // This region's daemons by address: a datagram from one is a sign of life of it.
+    // This region's daemons by address: a datagram from one is a sign of life of it. One the
+    // membership dropped stays while the election still remembers it (it may keep it as the
+    // sender, `SenderWatch::kept`, and must hear it).
     let mut own: HashMap<SocketAddr, String> = HashMap::new();
     let mut frame = Vec::new();
     loop {
@@ -39,11 +41,15 @@ pub(super) async fn receive_loop(
         if live.has_changed().unwrap_or(false) || own.is_empty() {
             let ms = members(&live.borrow_and_update());
             fan_out = relay::fan_out(&inner.cfg.node_id, &inner.cfg.region, &ms);
-            own = ms
-                .into_iter()
-                .filter(|m| m.region == inner.cfg.region)
-                .map(|m| (m.addr, m.node_id))
-                .collect();
+            {
+                let seen = inner.region_seen.lock().unwrap_or_else(|p| p.into_inner());
+                own.retain(|_, id| seen.listed.contains_key(id));
+            }
+            own.extend(
+                ms.into_iter()
+                    .filter(|m| m.region == inner.cfg.region)
+                    .map(|m| (m.addr, m.node_id)),
+            );
         }
         // Wall time for what other daemons compare; signs of life on the monotonic clock.
         let (now, mono) = (inner.cfg.clock.now(), inner.cfg.clock.monotonic());

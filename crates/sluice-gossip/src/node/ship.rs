@@ -31,19 +31,18 @@ fn electable(inner: &Inner, mono: Micros) -> Vec<Member> {
         None => liveness::stale_after(ship),
     };
     let mut live = members(&inner.live.borrow());
+    let mut watch = inner.watch.lock().unwrap_or_else(|p| p.into_inner());
+    keep_sender(inner, &watch, &mut live, mono, stale);
     let mut ms = relay::core_members(&live);
-    let passed = inner
-        .watch
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .electable(
-            &mut ms,
-            &inner.cfg.node_id,
-            &inner.cfg.region,
-            mono,
-            stale,
-            liveness::relayer_kept(ship),
-        );
+    let passed = watch.electable(
+        &mut ms,
+        &inner.cfg.node_id,
+        &inner.cfg.region,
+        mono,
+        stale,
+        liveness::relayer_kept(ship),
+    );
+    drop(watch);
     if let Some(p) = passed {
         inner.metrics.sender_passed_over();
         tracing::info!(
@@ -58,6 +57,43 @@ fn electable(inner: &Inner, mono: Micros) -> Vec<Member> {
         m.relays = relays;
     }
     live
+}
+
+/// Puts the sender this daemon counts on back into `live` when the membership dropped it but
+/// the watch has not passed it over ([`SenderWatch::kept`]), from this region's members as
+/// last listed. Says so once per episode: each one is a second sender avoided, and a
+/// membership that drops live daemons (stalls of this host, lost gossip) is worth knowing.
+///
+/// [`SenderWatch::kept`]: sluice_core::liveness::SenderWatch::kept
+fn keep_sender(
+    inner: &Inner,
+    watch: &sluice_core::liveness::SenderWatch,
+    live: &mut Vec<Member>,
+    mono: Micros,
+    stale: Micros,
+) {
+    let mut seen = inner.region_seen.lock().unwrap_or_else(|p| p.into_inner());
+    let kept = watch
+        .kept(&relay::core_members(live), mono, stale)
+        .map(str::to_string);
+    seen.listed
+        .retain(|id, _| Some(id) == kept.as_ref() || live.iter().any(|m| &m.node_id == id));
+    for m in live.iter().filter(|m| m.region == inner.cfg.region) {
+        seen.listed.insert(m.node_id.clone(), m.clone());
+    }
+    let back = kept.as_ref().and_then(|id| seen.listed.get(id)).cloned();
+    if let Some(m) = &back
+        && seen.keeping.as_ref() != Some(&m.node_id)
+    {
+        inner.metrics.sender_kept();
+        tracing::info!(
+            node = %inner.cfg.node_id,
+            sender = %m.node_id,
+            "the membership dropped the region's sender, still heard: kept, not replaced"
+        );
+    }
+    seen.keeping = back.as_ref().map(|m| m.node_id.clone());
+    live.extend(back);
 }
 
 /// Whether the membership lists a relaying daemon of this region with a lower id than this
