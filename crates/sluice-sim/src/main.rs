@@ -334,11 +334,7 @@ fn sweep_csv(name: &str, values: &[String], rows: &[(f64, Report, Scenario)]) ->
         report::RULES_CSV_HEADER
     );
     for ((_, r, _), v) in rows.iter().zip(values) {
-        let conv = r
-            .heals
-            .iter()
-            .filter_map(|h| h.converged_after_s)
-            .fold(None, |a: Option<f64>, s| Some(a.map_or(s, |a| a.max(s))));
+        let conv = r.converged_after_s();
         for rule in &r.rules {
             let _ = writeln!(
                 out,
