@@ -322,12 +322,24 @@ pub(crate) fn applicable_reusing<'a>(
             .iter()
             .map(|&o| ov_of(o))
             .find(|o| o.rule.as_deref() == Some(&*r.id));
+        // The numbers and what they tell a client are set together: the index's figures for
+        // the rule's own, worked out here for an override's (and below for a share's). Set
+        // here, while the rule's index is at hand, rather than once at the end: 15
+        // instructions a decision fewer on the bench.
         match ov {
             Some(o) if o.exempt => continue,
-            Some(o) => a.params = Cow::Owned(o.apply(&r.params)),
+            Some(o) => {
+                a.params = Cow::Owned(o.apply(&r.params));
+                a.advertised = crate::decision::Advertised::of(&a.params);
+            }
             // A reused entry usually holds this rule's numbers already: nothing to drop.
-            None if matches!(a.params, Cow::Borrowed(p) if std::ptr::eq(p, &r.params)) => {}
-            None => a.params = Cow::Borrowed(&r.params),
+            None if matches!(a.params, Cow::Borrowed(p) if std::ptr::eq(p, &r.params)) => {
+                a.advertised = idx.advertised(i);
+            }
+            None => {
+                a.params = Cow::Borrowed(&r.params);
+                a.advertised = idx.advertised(i);
+            }
         }
         a.store = crate::stores::chosen(r, ov);
         a.rule = r;
@@ -347,15 +359,10 @@ pub(crate) fn applicable_reusing<'a>(
                 && let Ok(f) = fs.with_share(share)
             {
                 a.params = Cow::Owned(Params::FairShare(f));
+                a.advertised = crate::decision::Advertised::of(&a.params);
             }
             crate::keys::fair_share_key_into(&mut a.key, &a.identity, &r.id);
         }
-        // The index's figures for the rule's own numbers; an override's or a share's are
-        // worked out here.
-        a.advertised = match &a.params {
-            Cow::Borrowed(_) => idx.advertised(i),
-            Cow::Owned(p) => crate::decision::Advertised::of(p),
-        };
         applied.push(i);
         n += 1;
     }
