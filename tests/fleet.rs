@@ -13,7 +13,9 @@
 
 use serde_json::json;
 use sluice_testkit::{Daemon, RedisServer, TempDir, free_ports};
-use sluice_tests::common::regions::{GLOBAL_RULES, check, gossip_daemon, metric, now_ms, pace};
+use sluice_tests::common::regions::{
+    CROSS_SENT, GLOBAL_RULES, check, gossip_daemon, metric, now_ms, pace,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,9 +28,6 @@ const REGIONS: [&str; 3] = ["eu", "us", "ap"];
 const DAEMONS: usize = 3;
 /// 3× the limit over the fleet: 3,000 a minute, a ninth on each daemon.
 const PER_DAEMON_PER_S: f64 = 3.0 * LIMIT as f64 / 60.0 / (REGIONS.len() * DAEMONS) as f64;
-
-/// Cross-region datagrams a daemon sent, from its metrics.
-const CROSS: &str = "sluice_gossip_scope_packets_sent_total{scope=\"cross_region\"}";
 
 struct Node {
     http: SocketAddr,
@@ -153,7 +152,7 @@ impl Fleet {
 
     /// Cross-region datagrams sent so far, per region and daemon (0 for a dead one).
     fn cross(&self) -> Vec<Vec<f64>> {
-        self.per_daemon(CROSS)
+        self.per_daemon(CROSS_SENT)
     }
 
     /// A metric of every daemon, per region (0 for a dead one).
@@ -232,9 +231,9 @@ fn nine_daemons_hold_a_global_limit_with_one_sender_per_region() {
         .expect("running")
         .kill()
         .expect("kill eu's sender");
-    let base = metric(eu2, CROSS);
+    let base = metric(eu2, CROSS_SENT);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(eu2, CROSS) <= base {
+    while metric(eu2, CROSS_SENT) <= base {
         assert!(Instant::now() < deadline, "no eu daemon took over sending");
         std::thread::sleep(Duration::from_millis(20));
     }

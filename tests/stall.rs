@@ -15,7 +15,9 @@
 
 use serde_json::json;
 use sluice_testkit::{Daemon, TempDir, free_ports};
-use sluice_tests::common::regions::{GLOBAL_RULES, check, gossip_daemon, metric, wait_until};
+use sluice_tests::common::regions::{
+    CROSS_SENT, GLOBAL_RULES, check, gossip_daemon, metric, wait_until,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +31,6 @@ const KEY: &str = "stall test gossip key, 32 bytes!";
 const PASSED: &str = "sluice_gossip_senders_passed_over_total";
 const ACCEPTED: &str = "sluice_gossip_packets_accepted_total";
 const KEPT: &str = "sluice_gossip_senders_kept_total";
-const CROSS: &str = "sluice_gossip_scope_packets_sent_total{scope=\"cross_region\"}";
 
 struct Node {
     http: SocketAddr,
@@ -151,7 +152,7 @@ fn a_daemon_whose_membership_drops_its_live_sender_does_not_send_in_its_place() 
     wait_until("a-2 to ship its figures to a-1", HANG, || {
         metric(a2.http, "sluice_gossip_figures_shipped_total") > 0.0
     });
-    let mut before = (metric(a2.http, CROSS), metric(a2.http, PASSED));
+    let mut before = (metric(a2.http, CROSS_SENT), metric(a2.http, PASSED));
     // 3.5 to 5 s: around and past the detector's bound, where it drops some daemons or all.
     for round in 0..4u64 {
         a2.daemon.signal("STOP").expect("SIGSTOP a-2");
@@ -166,7 +167,7 @@ fn a_daemon_whose_membership_drops_its_live_sender_does_not_send_in_its_place() 
                     && metric(a2.http, ACCEPTED) >= read + 4.0
             },
         );
-        let after = (metric(a2.http, CROSS), metric(a2.http, PASSED));
+        let after = (metric(a2.http, CROSS_SENT), metric(a2.http, PASSED));
         eprintln!(
             "stall-drop round {round}: a-2 sent {} datagram(s) across, passed a-1 over {} \
              time(s); kept a-1 after its membership dropped it {} time(s) so far",

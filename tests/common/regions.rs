@@ -25,6 +25,10 @@ pub fn metric(http: SocketAddr, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Cross-region datagrams a daemon sent, from its metrics: what tells a region's one sender
+/// from a second one.
+pub const CROSS_SENT: &str = "sluice_gossip_scope_packets_sent_total{scope=\"cross_region\"}";
+
 /// `POST /v1/limits:check` with `body`; the answer when it is a 200 with JSON.
 pub fn check(http: SocketAddr, body: &Value) -> Option<Value> {
     let r = http_request(
