@@ -55,7 +55,8 @@ pub fn cargo_bin(name: &str) -> Result<PathBuf> {
     }
 }
 
-/// A running child process with stdout/stderr captured to files in a temp dir.
+/// A running child process with stdout/stderr captured to files in a temp dir, which is
+/// also its `$TMPDIR` unless the caller sets one.
 ///
 /// Dropping it kills the process (SIGKILL); if the test is panicking, the logs are printed to
 /// stderr first so the failure shows what the daemon said.
@@ -91,6 +92,11 @@ impl Daemon {
             .file_name()
             .map_or_else(|| "daemon".to_owned(), |n| n.to_string_lossy().into_owned());
         let dir = TempDir::new(&format!("daemon-{name}"))?;
+        // Files a daemon keeps under `$TMPDIR` by default are named by its port (the decision
+        // log's directory), and ports are reused across tests: each process gets its own.
+        if !cmd.get_envs().any(|(k, _)| k == "TMPDIR") {
+            cmd.env("TMPDIR", dir.path());
+        }
         let out = File::create(dir.path().join("stdout.log"))
             .with_context(|| format!("creating the stdout log in {}", dir.path().display()))?;
         let err = File::create(dir.path().join("stderr.log"))
@@ -334,6 +340,31 @@ mod tests {
         let status = d.terminate(Duration::from_secs(5))?;
         assert!(!status.success());
         assert!(d.pid().is_none());
+        Ok(())
+    }
+
+    /// Daemons keep files under `$TMPDIR` named by their port (the decision log's default
+    /// directory); a port another test's daemon used before would hand them its files.
+    #[test]
+    fn each_process_gets_a_temp_dir_of_its_own() -> Result<()> {
+        let mut d = Daemon::spawn("sh", &["-c", "printf '%s\\n' \"tmp=$TMPDIR\""], &[])?;
+        d.wait(Duration::from_secs(5))?;
+        assert_eq!(
+            d.stdout().trim(),
+            format!("tmp={}", d.dir().display()),
+            "the child's TMPDIR"
+        );
+        let mut d = Daemon::spawn(
+            "sh",
+            &["-c", "printf '%s\\n' \"tmp=$TMPDIR\""],
+            &[("TMPDIR", "/chosen")],
+        )?;
+        d.wait(Duration::from_secs(5))?;
+        assert_eq!(
+            d.stdout().trim(),
+            "tmp=/chosen",
+            "a TMPDIR the caller set wins"
+        );
         Ok(())
     }
 
